@@ -1,0 +1,80 @@
+"""`trackscope ...`: the command line. `trackscope` alone opens the GUI.
+
+Exit codes: 0 success, 2 bad usage or bad input (one-line reason on stderr), 1 internal error.
+Subcommands owned by other modules expose ``add_arguments(parser)`` and ``run(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+from typing import Sequence
+
+from .errors import UserError
+
+#: subcommand -> (module, one-line help); each module has add_arguments(parser) and run(args)
+SUBCOMMANDS = {
+    "gui": ("gui.app", "open the desktop app (on a video or a report to replay)"),
+    "track": ("engine.commands.track", "track points in a video, write tracks NPZ/CSV"),
+    "eval": ("engine.commands.evaluate", "grade a tracker on an evaluation set (TAP-Vid metrics)"),
+    "sample": ("engine.commands.sample", "write synthetic videos with ground truth"),
+    "bench": ("engine.bench", "benchmark precisions x batch sizes, write reports"),
+    "compare": ("engine.compare", "compare two run reports stage by stage"),
+    "diagnose": ("engine.diagnose", "print the findings of a run report"),
+    "train": ("engine.trackers.corrtrack.train", "train the CorrTrack model on synthetic videos"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        self.print_usage(sys.stderr)
+        print(f"trackscope: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = _Parser(prog="trackscope", description="Diagnostic workbench for GPU point tracking.")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if only is not None and name != only:
+            continue
+        module = importlib.import_module(module_name)
+        module.add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv[0] if argv and argv[0] in SUBCOMMANDS else None
+    if not argv:
+        argv = ["gui"]
+        command = "gui"
+    try:
+        parser = build_parser(only=command)
+    except ImportError as exc:
+        print(f"trackscope: cannot start {command or 'trackscope'}: {exc}", file=sys.stderr)
+        return 1
+    args = parser.parse_args(argv)
+    if not getattr(args, "_module", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args._module.run(args) or 0)
+    except UserError as exc:
+        print(f"trackscope {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("trackscope: interrupted", file=sys.stderr)
+        return 130
+    except Exception:
+        traceback.print_exc()
+        print("trackscope: internal error (a bug: please report it with the traceback above)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""CLI subcommands that live in the engine: track, eval, sample."""

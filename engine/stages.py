@@ -1,0 +1,94 @@
+"""Stage timing: CUDA events and NVTX ranges on the GPU, perf_counter on the CPU.
+
+On the GPU each stage records a pair of CUDA events on the current stream; nothing synchronises
+inside a batch. ``collect()`` is called once per batch, after the tracker has copied its results
+back to the host (which already waited for the GPU), and only then are the events read. NVTX
+ranges carry the same names, so an Nsight Systems timeline shows the stages as trackscope does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+
+#: Stage names of the built-in tracker, in the order they run (shown to users).
+BUILTIN_STAGES = (
+    "decode",
+    "upload",
+    "backbone",
+    "query_features",
+    "cost_volume",
+    "init_head",
+    "refine",
+    "download",
+)
+
+
+class StageTimer:
+    """Times named stages of one run; ``collect()`` returns ms per stage since the last call."""
+
+    def __init__(self, device: torch.device | str = "cpu", enabled: bool = True, nvtx: bool = True):
+        self.device = torch.device(device)
+        self.enabled = enabled
+        self.use_cuda = self.device.type == "cuda" and torch.cuda.is_available()
+        self.nvtx = nvtx and self.use_cuda
+        self._host_ms: dict[str, float] = defaultdict(float)
+        self._pending: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
+        self._open: list[tuple[str, object]] = []
+
+    def begin(self, name: str, host: bool = False) -> None:
+        """Open a stage; pair with ``end(name)`` (used by forward hooks on plugin modules)."""
+        if not self.enabled:
+            return
+        if self.use_cuda and not host:
+            if self.nvtx:
+                torch.cuda.nvtx.range_push(name)
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+            self._open.append((name, start))
+        else:
+            self._open.append((name, time.perf_counter()))
+
+    def end(self, name: str) -> None:
+        if not self.enabled:
+            return
+        if not self._open or self._open[-1][0] != name:
+            raise RuntimeError(f"stage {name!r} ended but {self._open[-1][0] if self._open else 'none'} is open")
+        _, start = self._open.pop()
+        if isinstance(start, float):
+            self._host_ms[name] += (time.perf_counter() - start) * 1e3
+            return
+        end = torch.cuda.Event(enable_timing=True)
+        end.record()
+        if self.nvtx:
+            torch.cuda.nvtx.range_pop()
+        self._pending.append((name, start, end))
+
+    @contextmanager
+    def stage(self, name: str, host: bool = False) -> Iterator[None]:
+        """Time the body as stage ``name``. ``host=True`` times host work with perf_counter."""
+        self.begin(name, host=host)
+        try:
+            yield
+        finally:
+            self.end(name)
+
+    def collect(self) -> dict[str, float]:
+        """Milliseconds per stage since the last collect. Waits only for the last recorded event."""
+        out: dict[str, float] = dict(self._host_ms)
+        if self._pending:
+            self._pending[-1][2].synchronize()
+            for name, start, end in self._pending:
+                out[name] = out.get(name, 0.0) + start.elapsed_time(end)
+        self._host_ms.clear()
+        self._pending.clear()
+        return out
+
+    def reset(self) -> None:
+        self._host_ms.clear()
+        self._pending.clear()
+        self._open.clear()

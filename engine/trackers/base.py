@@ -1,0 +1,85 @@
+"""The Tracker protocol every tracker implements (built-in, baseline or plugin).
+
+A run has two steps so that per-video work is done once and points are batched:
+
+- ``prepare(frames, ctx)``: per-video work (decode to tensors, upload, backbone features), timed in
+  the stages it declares. Called again when a config change invalidates it (device, precision,
+  frames per batch).
+- ``track(prepared, queries, ctx)``: one batch of query points against the prepared video.
+
+Coordinates are pixels of the original video, x right, y down, (0, 0) the centre of the top-left
+pixel. Queries are ``[N, 3]`` float32 rows of ``(t, x, y)``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..stages import StageTimer
+
+
+@dataclass
+class RunContext:
+    """What a tracker needs to know about the run it is part of."""
+
+    device: torch.device
+    precision: str
+    frames_per_batch: int
+    timer: StageTimer
+
+
+@dataclass
+class PreparedVideo:
+    """Per-video state a tracker keeps between batches of points."""
+
+    num_frames: int
+    height: int
+    width: int
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TrackResult:
+    """Tracks for one batch of queries.
+
+    tracks:  float32 [N, T, 2] (x, y) in original-video pixels, for every frame.
+    visible: bool [N, T].
+    """
+
+    tracks: np.ndarray
+    visible: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.tracks = np.asarray(self.tracks, dtype=np.float32)
+        self.visible = np.asarray(self.visible, dtype=bool)
+        if self.tracks.ndim != 3 or self.tracks.shape[-1] != 2:
+            raise ValueError(f"tracks must be [N, T, 2], got {self.tracks.shape}")
+        if self.visible.shape != self.tracks.shape[:2]:
+            raise ValueError(f"visible must be [N, T] = {self.tracks.shape[:2]}, got {self.visible.shape}")
+
+
+class Tracker(ABC):
+    """A point tracker: frames and queries in, tracks and visibility out."""
+
+    name: str = "tracker"
+    #: stage names in the order they run; shown to users
+    stages: tuple[str, ...] = ()
+    #: devices this tracker can run on
+    device_types: tuple[str, ...] = ("cpu", "cuda")
+
+    @abstractmethod
+    def prepare(self, frames: np.ndarray, ctx: RunContext) -> PreparedVideo:
+        """Per-video work. frames: uint8 [T, H, W, 3] RGB."""
+
+    @abstractmethod
+    def track(self, prepared: PreparedVideo, queries: np.ndarray, ctx: RunContext) -> TrackResult:
+        """Track one batch of queries [N, 3] (t, x, y) through the prepared video."""
+
+    def describe(self) -> dict[str, Any]:
+        """Facts about the tracker for the run report (parameters, weights, ...)."""
+        return {"name": self.name, "stages": list(self.stages)}

@@ -1,0 +1,67 @@
+"""Finding trackers by name: built-ins, ``module:factory`` plugins, ``trackscope.trackers`` entry points."""
+
+from __future__ import annotations
+
+import importlib
+from importlib import metadata
+from typing import Callable
+
+from ..errors import TrackerError
+from .base import Tracker
+
+ENTRY_POINT_GROUP = "trackscope.trackers"
+
+
+def _builtin() -> dict[str, Callable[[], Tracker]]:
+    def lk() -> Tracker:
+        from .lk import LKTracker
+
+        return LKTracker()
+
+    def corrtrack() -> Tracker:
+        from .corrtrack import CorrTrackTracker
+
+        return CorrTrackTracker()
+
+    return {"corrtrack": corrtrack, "lk": lk}
+
+
+def available_trackers() -> list[str]:
+    """Names a user can pick: built-ins, then installed entry points."""
+    names = list(_builtin())
+    try:
+        names += [ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)]
+    except Exception:  # a broken distribution must not hide the built-ins
+        pass
+    return names
+
+
+def load_tracker(name: str) -> Tracker:
+    """Load a tracker by name; a plugin that fails to load raises TrackerError naming it."""
+    builtins = _builtin()
+    if name in builtins:
+        return builtins[name]()
+    factory: object
+    if ":" in name:
+        module_name, _, attr = name.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:
+            raise TrackerError(f"plugin tracker {name!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc}",
+                               "check the module is on PYTHONPATH") from exc
+        try:
+            factory = getattr(module, attr)
+        except AttributeError as exc:
+            raise TrackerError(f"plugin tracker {name!r}: module {module_name!r} has no {attr!r}") from exc
+    else:
+        eps = [ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
+        if not eps:
+            raise TrackerError(f"unknown tracker {name!r}",
+                               f"choose one of {', '.join(available_trackers())} or give module:factory")
+        try:
+            factory = eps[0].load()
+        except Exception as exc:
+            raise TrackerError(f"plugin tracker {name!r}: entry point failed to load: {type(exc).__name__}: {exc}") from exc
+    from .plugin import wrap_plugin
+
+    return wrap_plugin(name, factory)

@@ -1,0 +1,119 @@
+"""The session: batching, events, live config changes, cancel, and failures kept as events."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.config import RunConfig
+from engine.session import BatchDone, Failed, Finished, Session, Started
+from tests.helpers import ConstantVelocityTracker, moving_square_video
+
+
+def _queries(n: int) -> np.ndarray:
+    return np.stack([np.zeros(n), np.linspace(2, 20, n), np.full(n, 10.0)], axis=1).astype(np.float32)
+
+
+def test_events_cover_all_points_in_batches():
+    tracker = ConstantVelocityTracker()
+    s = Session(moving_square_video(), _queries(10), RunConfig(tracker="constvel", device="cpu",
+                points_per_batch=4), tracker=tracker)
+    events = list(s.events())
+    assert isinstance(events[0], Started) and events[0].num_batches == 3
+    batches = [e for e in events if isinstance(e, BatchDone)]
+    assert [(b.start, b.stop) for b in batches] == [(0, 4), (4, 8), (8, 10)]
+    assert batches[0].prepared and not batches[1].prepared
+    assert tracker.prepare_calls == 1
+    assert "upload" in batches[0].stage_ms and "compute" in batches[1].stage_ms
+    done = events[-1]
+    assert isinstance(done, Finished) and not done.cancelled
+    np.testing.assert_allclose(done.tracks[3, 5], [done.queries[3, 1] + 5, 10.0])
+
+
+def test_config_change_applies_from_next_batch_and_reprepares():
+    tracker = ConstantVelocityTracker()
+    s = Session(moving_square_video(), _queries(9), RunConfig(tracker="constvel", device="cpu",
+                points_per_batch=3), tracker=tracker)
+    seen = []
+    for e in s.events():
+        if isinstance(e, BatchDone):
+            seen.append(e.config.precision)
+            if e.index == 0:
+                s.update_config(precision="bf16")
+    assert seen == ["fp32", "bf16", "bf16"]
+    assert tracker.seen_precisions == ["fp32", "bf16", "bf16"]
+    assert tracker.prepare_calls == 2  # precision changes the per-video work
+
+
+def test_invalid_live_change_is_refused_in_the_caller():
+    s = Session(moving_square_video(), _queries(2), RunConfig(tracker="constvel", device="cpu"),
+                tracker=ConstantVelocityTracker())
+    with pytest.raises(ValueError):
+        s.update_config(precision="fp64")
+
+
+def test_cancel_between_batches_keeps_done_work():
+    s = Session(moving_square_video(), _queries(8), RunConfig(tracker="constvel", device="cpu",
+                points_per_batch=2), tracker=ConstantVelocityTracker())
+    events = []
+    for e in s.events():
+        events.append(e)
+        if isinstance(e, BatchDone) and e.index == 1:
+            s.cancel()
+    done = events[-1]
+    assert isinstance(done, Finished) and done.cancelled
+    assert np.isfinite(done.tracks[:4]).all() and np.isnan(done.tracks[4:]).all()
+
+
+def test_tracker_failure_is_an_event_with_partial_results():
+    tracker = ConstantVelocityTracker(fail_on_batch=1, exc=ValueError("bad shapes"))
+    s = Session(moving_square_video(), _queries(4), RunConfig(tracker="constvel", device="cpu",
+                points_per_batch=2), tracker=tracker)
+    last = s.run()
+    assert isinstance(last, Failed) and last.kind == "tracker"
+    assert "constvel" in last.message and "bad shapes" in last.message
+    assert np.isfinite(last.tracks[:2]).all()
+
+
+def test_out_of_memory_names_batch_sizes_to_lower():
+    tracker = ConstantVelocityTracker(fail_on_batch=0, exc=RuntimeError("CUDA out of memory. Tried to allocate"))
+    s = Session(moving_square_video(), _queries(4), RunConfig(tracker="constvel", device="cpu",
+                points_per_batch=64, frames_per_batch=8), tracker=tracker)
+    last = s.run()
+    assert isinstance(last, Failed) and last.kind == "oom"
+    assert "--points-per-batch 32" in last.suggestion and "--frames-per-batch 4" in last.suggestion
+
+
+@pytest.mark.parametrize(
+    "queries, words",
+    [
+        (np.array([[99, 5, 5]], np.float32), "frame index 99"),
+        (np.array([[0, 500, 5]], np.float32), "outside"),
+        (np.array([[0, np.nan, 5]], np.float32), "NaN"),
+        (np.zeros((0, 3), np.float32), "no query points"),
+    ],
+)
+def test_bad_queries_fail_clearly(queries, words):
+    s = Session(moving_square_video(), queries, RunConfig(tracker="constvel", device="cpu"),
+                tracker=ConstantVelocityTracker())
+    last = s.run()
+    assert isinstance(last, Failed) and last.kind == "input" and words in last.message
+
+
+def test_no_gpu_gives_a_clear_message(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    s = Session(moving_square_video(), _queries(2), RunConfig(tracker="constvel", device="cuda"),
+                tracker=ConstantVelocityTracker())
+    last = s.run()
+    assert isinstance(last, Failed) and "no CUDA GPU" in last.message and "--device cpu" in last.suggestion
+
+
+def test_cold_then_warm():
+    cfg = RunConfig(tracker="constvel", device="cpu", points_per_batch=5, frames_per_batch=7)
+    first = [e for e in Session(moving_square_video(), _queries(5), cfg,
+                                tracker=ConstantVelocityTracker()).events() if isinstance(e, BatchDone)]
+    second = [e for e in Session(moving_square_video(), _queries(5), cfg,
+                                 tracker=ConstantVelocityTracker()).events() if isinstance(e, BatchDone)]
+    assert first[0].cold and not second[0].cold
