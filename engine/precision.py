@@ -52,13 +52,15 @@ def gate(mode: str, device: torch.device | str, capability: tuple[int, int] | No
         if mode == "tf32":
             return Gate(mode, False, True, "TF32 is a GPU tensor-core format; on the CPU this runs as IEEE fp32")
         if mode == "fp16":
-            return Gate(mode, False, False, "fp16 on the CPU is refused: autocast covers few ops and runs slowly; use bf16")
+            return Gate(mode, False, False,
+                        "fp16 on the CPU is refused: autocast covers few ops and runs slowly; use bf16")
         return Gate(mode, True, True)
     cc = capability or compute_capability(device)
     assert cc is not None
     ccs = f"{cc[0]}.{cc[1]}"
     if mode == "tf32" and cc < (8, 0):
-        return Gate(mode, False, True, f"TF32 needs compute capability 8.0; this GPU is {ccs}, so it silently runs IEEE fp32")
+        return Gate(mode, False, True,
+                    f"TF32 needs compute capability 8.0; this GPU is {ccs}, so it silently runs IEEE fp32")
     if mode == "bf16" and cc < (8, 0):
         return Gate(mode, False, True, f"bf16 needs compute capability 8.0; on {ccs} it is emulated and slow")
     if mode == "fp16" and cc < (7, 0):

@@ -14,7 +14,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Union
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -81,7 +81,7 @@ class Failed:
     details: str = ""
 
 
-Event = Union[Started, BatchDone, Finished, Failed]
+Event = Started | BatchDone | Finished | Failed
 
 
 @dataclass
@@ -291,8 +291,8 @@ class Session:
     def run(self) -> Finished | Failed:
         """Drive the session to its end and return the last event."""
         last: Event | None = None
-        for last in self.events():
-            pass
+        for event in self.events():
+            last = event
         assert isinstance(last, (Finished, Failed))
         return last
 

@@ -104,13 +104,15 @@ def load_npz(path: str | Path, required: tuple[str, ...]) -> dict[str, np.ndarra
 def load_tracks(path: str | Path) -> dict[str, np.ndarray]:
     d = load_npz(path, ("tracks", "visible", "queries"))
     if d["tracks"].ndim != 3 or d["visible"].shape != d["tracks"].shape[:2]:
-        raise UserError(f"{path}: tracks {d['tracks'].shape} and visible {d['visible'].shape} do not match [N,T,2]/[N,T]")
+        raise UserError(f"{path}: tracks {d['tracks'].shape} and visible {d['visible'].shape} "
+                        "do not match [N,T,2]/[N,T]")
     return d
 
 
 def load_ground_truth(path: str | Path) -> dict[str, np.ndarray]:
     d = load_npz(path, ("tracks", "visible", "query_t"))
-    if d["tracks"].ndim != 3 or d["visible"].shape != d["tracks"].shape[:2] or d["query_t"].shape != d["tracks"].shape[:1]:
+    n_t = d["tracks"].shape[:2]
+    if d["tracks"].ndim != 3 or d["visible"].shape != n_t or d["query_t"].shape != n_t[:1]:
         raise UserError(f"{path}: ground truth shapes do not match: tracks {d['tracks'].shape}, "
                         f"visible {d['visible'].shape}, query_t {d['query_t'].shape}")
     return d

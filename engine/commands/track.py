@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import UserError
 from ..session import BatchDone, Failed, Finished, Session, Started
 from ..trackio import grid_queries, read_queries_csv, save_tracks
@@ -39,7 +41,9 @@ def run(args: argparse.Namespace) -> int:
         queries = read_queries_csv(args.queries)
     else:
         queries = grid_queries(args.grid, info["width"], info["height"])
-    session = Session(frames, queries, config, video_info=info)
+    # frames over the reader's max side come back shrunk: track in frame pixels, report in video pixels
+    scale = np.array([1.0, info["width"] / frames.shape[2], info["height"] / frames.shape[1]], np.float32)
+    session = Session(frames, queries / scale, config, video_info=info)
     recorder = None
     if args.report is not None:
         from ..report import RunRecorder
@@ -66,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
             raise RuntimeError(last.message)
         raise UserError(last.message, last.suggestion)
     assert isinstance(last, Finished)
-    save_tracks(args.out, last.tracks, last.visible, last.queries)
+    save_tracks(args.out, last.tracks * scale[1:], last.visible, queries)
     print(f"trackscope track: wrote {args.out} ({len(queries)} points, {last.wall_ms:.0f} ms)", file=sys.stderr)
     if recorder is not None:
         from ..report import save_report

@@ -61,7 +61,8 @@ def load_tracker(name: str) -> Tracker:
         try:
             factory = eps[0].load()
         except Exception as exc:
-            raise TrackerError(f"plugin tracker {name!r}: entry point failed to load: {type(exc).__name__}: {exc}") from exc
+            raise TrackerError(
+                f"plugin tracker {name!r}: entry point failed to load: {type(exc).__name__}: {exc}") from exc
     from .plugin import wrap_plugin
 
     return wrap_plugin(name, factory)
