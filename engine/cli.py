@@ -67,6 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as exc:
         print(f"trackscope {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `trackscope ... | head`: the reader left; not an error of ours
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("trackscope: interrupted", file=sys.stderr)
         return 130

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
@@ -28,6 +28,23 @@ BUILTIN_STAGES = (
 )
 
 
+#: Called as ``observer(timer, name, opening)`` whenever any StageTimer opens (True) or closes (False) a
+#: stage, timing enabled or not; the cost counter uses it to attribute work to stages. Empty normally.
+StageObserver = Callable[["StageTimer", str, bool], None]
+_STAGE_OBSERVERS: list[StageObserver] = []
+
+
+def add_stage_observer(observer: StageObserver) -> None:
+    """Register ``observer`` for stage open/close notifications of every StageTimer."""
+    _STAGE_OBSERVERS.append(observer)
+
+
+def remove_stage_observer(observer: StageObserver) -> None:
+    """Unregister an observer added with ``add_stage_observer`` (no error if absent)."""
+    if observer in _STAGE_OBSERVERS:
+        _STAGE_OBSERVERS.remove(observer)
+
+
 class StageTimer:
     """Times named stages of one run; ``collect()`` returns ms per stage since the last call."""
 
@@ -42,6 +59,8 @@ class StageTimer:
 
     def begin(self, name: str, host: bool = False) -> None:
         """Open a stage; pair with ``end(name)`` (used by forward hooks on plugin modules)."""
+        for observer in tuple(_STAGE_OBSERVERS):
+            observer(self, name, True)
         if not self.enabled:
             return
         if self.use_cuda and not host:
@@ -54,10 +73,12 @@ class StageTimer:
             self._open.append((name, time.perf_counter()))
 
     def end(self, name: str) -> None:
+        if self.enabled and (not self._open or self._open[-1][0] != name):
+            raise RuntimeError(f"stage {name!r} ended but {self._open[-1][0] if self._open else 'none'} is open")
+        for observer in tuple(_STAGE_OBSERVERS):
+            observer(self, name, False)
         if not self.enabled:
             return
-        if not self._open or self._open[-1][0] != name:
-            raise RuntimeError(f"stage {name!r} ended but {self._open[-1][0] if self._open else 'none'} is open")
         _, start = self._open.pop()
         if isinstance(start, float):
             self._host_ms[name] += (time.perf_counter() - start) * 1e3
@@ -67,6 +88,11 @@ class StageTimer:
         if self.nvtx:
             torch.cuda.nvtx.range_pop()
         self._pending.append((name, start, end))
+
+    @property
+    def current_stage(self) -> str | None:
+        """The innermost open stage, or None (only tracked while timing is enabled)."""
+        return self._open[-1][0] if self._open else None
 
     @contextmanager
     def stage(self, name: str, host: bool = False) -> Iterator[None]:
