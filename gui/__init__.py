@@ -1,0 +1,1 @@
+"""The trackscope desktop app (PySide6 + pyqtgraph). The engine never imports this package."""

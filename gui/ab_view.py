@@ -1,0 +1,505 @@
+"""A/B: two runs of the same queries side by side, tracks coloured by how far A and B disagree.
+
+Two frame views share one frame index and one zoom/pan (linked view boxes); each draws its side's
+points coloured by the point's mean px divergence (green -> red, in COLOUR_BINS steps; hollow when
+occluded) and optional trails with one curve item. Each colour step is one uniformly styled
+ScatterPlotItem (filled) plus one (hollow): per-frame updates are then plain numpy ``setData(x, y)``
+calls, several times faster than one item with a pen and brush per spot. A ranked table lists the most divergent points;
+clicking a row (or a point in either view) selects it: a ring in both views, both sides' full paths,
+and the frame where the two sides are furthest apart. Numbers come from engine.metrics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QSlider,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.metrics import Divergence, divergence, tapvid_metrics
+
+from .model import RunData
+
+#: colour scale of divergence: green (agree) -> yellow -> red (far apart)
+DIVERGENCE_COLOURS = [(40, 200, 70), (240, 215, 40), (230, 40, 40)]
+NO_DIVERGENCE_COLOUR = (150, 150, 150)  # points never visible in both runs
+#: the colour scale tops out at this percentile of the per-point divergences (outliers saturate red) ...
+SCALE_PERCENTILE = 95
+#: ... but never below this many pixels, so two near-identical runs stay green
+MIN_SCALE_PX = 1.0
+TOP_K = 100  # rows in the most-divergent list
+COLOUR_BINS = 10  # steps of the colour scale the points are drawn in (one scatter item each)
+CLICK_RADIUS_PX = 10  # a click this close (screen pixels) to a point selects it
+POINT_SIZE = 8
+HIGHLIGHT_SIZE = 22
+HIGHLIGHT_COLOUR = (0, 220, 255)  # selection ring; the selected point's path in run A
+PATH_B_COLOUR = (255, 80, 255)  # the selected point's path in run B (dashed)
+TRAIL_COLOUR = (255, 255, 255, 110)
+DEFAULT_TRAIL = 8
+PLAY_FPS = 25.0
+QUERIES_MATCH_PX = 1e-3  # queries of A and B further apart than this are "different queries"
+BACKGROUND = (20, 20, 20)
+TITLE_COLOUR = "#e0e0e0"
+TABLE_MIN_WIDTH = 330
+PLOT_MIN_WIDTH = 120
+COLUMNS = ("#", "point", "mean px", "vis. agree", "query")
+
+
+class _SideView:
+    """One side's plot: frame image, trails, points (filled + hollow per colour bin), selection ring, paths."""
+
+    def __init__(self, plot: pg.PlotItem, bin_rgb: np.ndarray):
+        self.plot = plot
+        vb = plot.getViewBox()
+        vb.setAspectLocked(True)
+        vb.invertY(True)
+        vb.setMenuEnabled(False)
+        plot.hideAxis("left")
+        plot.hideAxis("bottom")
+        plot.hideButtons()
+        self.image = pg.ImageItem(axisOrder="row-major")
+        self.trails = pg.PlotCurveItem(pen=pg.mkPen(TRAIL_COLOUR, width=1), connect="pairs", antialias=False,
+                                       skipFiniteCheck=True)
+        dark_pen = pg.mkPen(0, 0, 0, 200, width=1)
+        no_brush = pg.mkBrush(0, 0, 0, 0)
+        self.filled = [pg.ScatterPlotItem(size=POINT_SIZE, pen=dark_pen, brush=pg.mkBrush(*map(int, rgb)),
+                                          antialias=False) for rgb in bin_rgb]
+        self.hollow = [pg.ScatterPlotItem(size=POINT_SIZE, pen=pg.mkPen(*map(int, rgb), width=1.5), brush=no_brush,
+                                          antialias=False) for rgb in bin_rgb]
+        self.path_a = pg.PlotCurveItem(pen=pg.mkPen(HIGHLIGHT_COLOUR, width=2))
+        self.path_b = pg.PlotCurveItem(pen=pg.mkPen(PATH_B_COLOUR, width=2, style=Qt.PenStyle.DashLine))
+        self.ring = pg.ScatterPlotItem(size=HIGHLIGHT_SIZE, symbol="o", brush=pg.mkBrush(0, 0, 0, 0),
+                                       pen=pg.mkPen(HIGHLIGHT_COLOUR, width=2.5), antialias=True)
+        for item in (self.image, self.trails, self.path_a, self.path_b, *self.hollow, *self.filled, self.ring):
+            plot.addItem(item)
+
+    def clear_tracks(self) -> None:
+        for item in (self.trails, self.path_a, self.path_b):
+            item.setData([], [])
+        for item in (*self.filled, *self.hollow, self.ring):
+            item.clear()
+
+    def shown_points(self) -> np.ndarray:
+        """Every drawn point's (x, y), filled then hollow, bin by bin. [M, 2]"""
+        xy = [np.column_stack(item.getData()) for item in (*self.filled, *self.hollow) if len(item.getData()[0])]
+        return np.concatenate(xy) if xy else np.zeros((0, 2))
+
+
+class ABView(QWidget):
+    """Two runs (A, B) of the same queries in two synchronised views, coloured by divergence."""
+
+    pointSelected = Signal(int)  # index of the selected point (into the queries)
+    frameChanged = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.frames: np.ndarray | None = None  # uint8 [T, H, W, 3]
+        self.run_a: RunData | None = None
+        self.run_b: RunData | None = None
+        self.divergence: Divergence | None = None
+        self.distance: np.ndarray | None = None  # [N, T] px between A and B, NaN unless both visible
+        self.aj: dict[str, float | None] = {"a": None, "b": None}
+        self.frame = 0
+        self.selected: int | None = None
+        self.trail = DEFAULT_TRAIL
+        self.colour_max_px = MIN_SCALE_PX
+        self._cmap = pg.ColorMap(np.linspace(0.0, 1.0, len(DIVERGENCE_COLOURS)), DIVERGENCE_COLOURS)
+        #: colour of each bin: COLOUR_BINS steps of the scale, then grey for "never both visible"
+        self.bin_rgb = np.vstack([self._cmap.map((np.arange(COLOUR_BINS) + 0.5) / COLOUR_BINS, mode="byte")[:, :3],
+                                  NO_DIVERGENCE_COLOUR])
+        self.point_bin = np.zeros(0, np.int64)  # [N] bin index per point
+
+        self.summary = QLabel("no runs to compare")
+        self.summary.setWordWrap(True)
+        self.warning = QLabel("")
+        self.warning.setStyleSheet("color: #d08000;")
+        self.warning.setWordWrap(True)
+        self.warning.hide()
+
+        self.canvas = pg.GraphicsLayoutWidget()
+        self.canvas.setBackground(BACKGROUND)
+        self.side_a = _SideView(self.canvas.addPlot(row=0, col=0), self.bin_rgb)
+        self.side_b = _SideView(self.canvas.addPlot(row=0, col=1), self.bin_rgb)
+        for col, side in enumerate((self.side_a, self.side_b)):  # equal widths: linked views show the same region
+            self.canvas.ci.layout.setColumnStretchFactor(col, 1)
+            side.plot.setMinimumWidth(PLOT_MIN_WIDTH)
+            side.plot.setPreferredWidth(PLOT_MIN_WIDTH)
+        self.side_b.plot.setXLink(self.side_a.plot)
+        self.side_b.plot.setYLink(self.side_a.plot)
+        self.colour_bar = pg.ColorBarItem(values=(0.0, MIN_SCALE_PX), colorMap=self._cmap, interactive=False,
+                                          label="mean divergence per point (px)", width=14)
+        self.canvas.addItem(self.colour_bar, row=0, col=2)
+        self.canvas.scene().sigMouseClicked.connect(self._on_scene_click)
+
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.verticalHeader().hide()
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.setToolTip("The most divergent points, largest mean distance first; click one to select it")
+        self.table.itemSelectionChanged.connect(self._on_table_selection)
+        self.table.setMinimumWidth(TABLE_MIN_WIDTH)
+        table_box = QWidget()
+        table_layout = QVBoxLayout(table_box)
+        table_layout.setContentsMargins(0, 0, 0, 0)
+        table_layout.addWidget(QLabel("Most divergent points"))
+        table_layout.addWidget(self.table)
+
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(self.canvas)
+        splitter.addWidget(table_box)
+        splitter.setStretchFactor(0, 4)
+        splitter.setStretchFactor(1, 1)
+
+        self.play_button = QToolButton(text="▶")
+        self.play_button.setToolTip("Play / pause both views")
+        self.play_button.setCheckable(True)
+        self.play_button.toggled.connect(self.set_playing)
+        back = QToolButton(text="◀|")
+        back.setToolTip("Previous frame")
+        back.clicked.connect(lambda: self.step(-1))
+        fwd = QToolButton(text="|▶")
+        fwd.setToolTip("Next frame")
+        fwd.clicked.connect(lambda: self.step(1))
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.setRange(0, 0)
+        self.slider.valueChanged.connect(self.set_frame)
+        self.frame_label = QLabel("0 / 0")
+        self.frame_label.setMinimumWidth(70)
+        self.trails_box = QCheckBox("trails")
+        self.trails_box.setChecked(True)
+        self.trails_box.toggled.connect(lambda _: self._draw())
+        fit = QToolButton(text="Fit")
+        fit.setToolTip("Reset zoom (wheel zooms, drag pans; both views follow)")
+        fit.clicked.connect(self.fit)
+        self._timer = QTimer(self)
+        self._timer.setInterval(int(1000 / PLAY_FPS))
+        self._timer.timeout.connect(self._advance)
+
+        legend = QLabel("filled: visible · hollow: occluded · colour: mean px divergence of the point · "
+                        "selected: ring, path in A solid cyan, in B dashed magenta")
+        legend.setStyleSheet("color: gray;")
+        legend.setWordWrap(True)
+        controls = QHBoxLayout()
+        for w in (self.play_button, back, fwd):
+            controls.addWidget(w)
+        controls.addWidget(self.slider, 1)
+        controls.addWidget(self.frame_label)
+        controls.addWidget(self.trails_box)
+        controls.addWidget(fit)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.summary)
+        layout.addWidget(self.warning)
+        layout.addWidget(splitter, 1)
+        layout.addWidget(legend)
+        layout.addLayout(controls)
+
+    # -- inputs ------------------------------------------------------------------------------
+    @property
+    def num_frames(self) -> int:
+        if self.frames is not None:
+            return int(self.frames.shape[0])
+        if self.run_a is not None:
+            return self.run_a.num_frames
+        return 0
+
+    def set_frames(self, frames: np.ndarray | None) -> None:
+        """The video both runs tracked, uint8 [T, H, W, 3]."""
+        self.frames = None if frames is None else np.ascontiguousarray(frames, dtype=np.uint8)
+        self._update_slider()
+        self._draw()
+        self.fit()
+
+    def set_runs(self, a: RunData, b: RunData, ground_truth: dict[str, np.ndarray] | None = None) -> None:
+        """Compare run A with run B; ground_truth: {"tracks" [N,T,2], "visible" [N,T], "query_t" [N]}."""
+        self.run_a, self.run_b = a, b
+        self.selected = None
+        self.side_a.plot.setTitle(f"A: {a.label}", color=TITLE_COLOUR)
+        self.side_b.plot.setTitle(f"B: {b.label}", color=TITLE_COLOUR)
+        problems = []
+        if a.tracks.shape != b.tracks.shape:
+            self.divergence = None
+            self.distance = None
+            problems.append(f"A has {a.num_points} points x {a.num_frames} frames, B has {b.num_points} x "
+                            f"{b.num_frames}: they cannot be compared point by point")
+        else:
+            if np.nanmax(np.abs(a.queries - b.queries), initial=0.0) > QUERIES_MATCH_PX:
+                problems.append("A and B were run from different query points: the divergence mixes "
+                                "tracker differences with query differences")
+            self.divergence = divergence(a.tracks, a.visible, b.tracks, b.visible)
+            both = a.visible & b.visible
+            with np.errstate(invalid="ignore"):
+                dist = np.linalg.norm(a.tracks.astype(np.float64) - b.tracks, axis=-1)  # [N, T]
+            self.distance = np.where(both, dist, np.nan)
+        if not (a.complete and b.complete):
+            problems.append("a run is incomplete (cancelled or still running): missing points are left out")
+        if self.frames is not None and self.frames.shape[0] != a.num_frames:
+            problems.append(f"the video has {self.frames.shape[0]} frames but the runs have {a.num_frames}")
+        self.aj = {"a": self._aj(a, ground_truth), "b": self._aj(b, ground_truth)}
+        self.warning.setText("\n".join(problems))
+        self.warning.setVisible(bool(problems))
+        self._build_styles()
+        self._fill_table()
+        self._update_summary(ground_truth is not None)
+        self._update_slider()
+        self._draw()
+
+    def _aj(self, run: RunData, ground_truth: dict[str, np.ndarray] | None) -> float | None:
+        """AJ of a run against ground truth; from its report when no ground truth is given."""
+        if ground_truth is None:
+            acc = (run.report or {}).get("accuracy") or {}
+            return acc.get("aj") if acc.get("vs", "ground truth") == "ground truth" else None
+        size = self._video_size(run)
+        if size is None:
+            return None
+        query_t = ground_truth.get("query_t")
+        query_t = run.queries[:, 0] if query_t is None else np.asarray(query_t)
+        try:
+            scores = tapvid_metrics(run.tracks, run.visible, ground_truth["tracks"], ground_truth["visible"],
+                                    query_t, size=size)
+        except (KeyError, ValueError):
+            return None
+        return None if not np.isfinite(scores.aj) else float(scores.aj)
+
+    def _video_size(self, run: RunData) -> tuple[int, int] | None:
+        if self.frames is not None:
+            return int(self.frames.shape[2]), int(self.frames.shape[1])
+        video = (run.report or {}).get("video") or {}
+        if video.get("width") and video.get("height"):
+            return int(video["width"]), int(video["height"])
+        return None
+
+    # -- derived display state ---------------------------------------------------------------
+    def _build_styles(self) -> None:
+        """Colour bin per point from its divergence on the colour scale (grey when never both visible)."""
+        n = self.run_a.num_points if self.run_a is not None else 0
+        grey = COLOUR_BINS
+        if self.divergence is None:
+            self.point_bin = np.full(n, grey, np.int64)
+            self.colour_max_px = MIN_SCALE_PX
+        else:
+            per_point = self.divergence.per_point_px
+            finite = np.isfinite(per_point)
+            top = float(np.percentile(per_point[finite], SCALE_PERCENTILE)) if finite.any() else 0.0
+            self.colour_max_px = max(MIN_SCALE_PX, top)
+            scaled = np.clip(np.nan_to_num(per_point, nan=0.0) / self.colour_max_px, 0.0, 1.0)
+            self.point_bin = np.where(finite, np.minimum((scaled * COLOUR_BINS).astype(np.int64), COLOUR_BINS - 1),
+                                      grey)
+        self.colour_bar.setLevels((0.0, self.colour_max_px))
+        self.point_rgba = np.column_stack([self.bin_rgb[self.point_bin], np.full(n, 255)]).astype(np.uint8)
+
+    def _fill_table(self) -> None:
+        self.table.blockSignals(True)
+        self.table.setRowCount(0)
+        if self.divergence is not None and self.run_a is not None:
+            order = self.divergence.most_divergent(min(TOP_K, self.run_a.num_points))
+            self.table.setRowCount(len(order))
+            for row, i in enumerate(order):
+                px = self.divergence.per_point_px[i]
+                agree = self.divergence.per_point_visibility_agreement[i]
+                t, x, y = self.run_a.queries[i]
+                cells = (str(row + 1), str(int(i)), "—" if not np.isfinite(px) else f"{px:.2f}",
+                         f"{100 * agree:.0f} %", f"t={t:g} ({x:.0f}, {y:.0f})")
+                for col, text in enumerate(cells):
+                    item = QTableWidgetItem(text)
+                    item.setData(Qt.ItemDataRole.UserRole, int(i))
+                    if col == 2:
+                        item.setBackground(QColor(*map(int, self.point_rgba[i][:3])))
+                        item.setForeground(QColor(0, 0, 0))
+                    if col in (2, 3):
+                        item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                    self.table.setItem(row, col, item)
+        self.table.blockSignals(False)
+
+    def _update_summary(self, have_ground_truth: bool) -> None:
+        div = self.divergence
+        if div is None:
+            self.summary.setText("no comparison")
+            return
+        parts = [f"mean |A−B| <b>{_px(div.mean_px)}</b>", f"max {_px(div.max_px)}",
+                 f"visibility agreement <b>{100 * div.visibility_agreement:.1f} %</b>"]
+        if self.aj["a"] is not None or self.aj["b"] is not None:
+            parts.append(f"AJ vs ground truth: A <b>{_num(self.aj['a'])}</b>, B <b>{_num(self.aj['b'])}</b>")
+        elif not have_ground_truth:
+            parts.append("AJ: no ground truth for this video")
+        self.summary.setText(" · ".join(parts))
+
+    def row_points(self) -> list[int]:
+        """Point indices in the order the most-divergent list shows them."""
+        return [int(self.table.item(r, 0).data(Qt.ItemDataRole.UserRole)) for r in range(self.table.rowCount())]
+
+    # -- frame, playback ---------------------------------------------------------------------
+    def _update_slider(self) -> None:
+        last = max(0, self.num_frames - 1)
+        self.slider.blockSignals(True)
+        self.slider.setRange(0, last)
+        self.slider.blockSignals(False)
+        self.set_frame(min(self.frame, last))
+
+    def set_frame(self, t: int) -> None:
+        """Show frame t in both views."""
+        t = int(np.clip(t, 0, max(0, self.num_frames - 1)))
+        changed = t != self.frame
+        self.frame = t
+        if self.slider.value() != t:
+            self.slider.blockSignals(True)
+            self.slider.setValue(t)
+            self.slider.blockSignals(False)
+        self.frame_label.setText(f"{t + 1 if self.num_frames else 0} / {self.num_frames}")
+        self._draw()
+        if changed:
+            self.frameChanged.emit(t)
+
+    def step(self, delta: int) -> None:
+        self.set_frame(self.frame + delta)
+
+    def set_playing(self, playing: bool) -> None:
+        """Play both views together (loops at the end)."""
+        if playing and self.num_frames > 1:
+            self._timer.start()
+        else:
+            self._timer.stop()
+        self.play_button.blockSignals(True)
+        self.play_button.setChecked(self._timer.isActive())
+        self.play_button.setText("⏸" if self._timer.isActive() else "▶")
+        self.play_button.blockSignals(False)
+
+    def _advance(self) -> None:
+        self.set_frame((self.frame + 1) % max(1, self.num_frames))
+
+    def hideEvent(self, event: Any) -> None:  # noqa: N802 (Qt name)
+        self.set_playing(False)
+        super().hideEvent(event)
+
+    def fit(self) -> None:
+        """Zoom both views to the whole frame."""
+        if self.frames is not None:
+            h, w = self.frames.shape[1:3]
+        elif self.run_a is not None:
+            pts = self.run_a.tracks[np.isfinite(self.run_a.tracks).all(-1)]
+            if not len(pts):
+                return
+            w, h = pts.max(0) + 1
+        else:
+            return
+        self.side_a.plot.getViewBox().setRange(xRange=(-0.5, w - 0.5), yRange=(-0.5, h - 0.5), padding=0)
+
+    # -- selection ---------------------------------------------------------------------------
+    def select_point(self, index: int, jump: bool = True) -> None:
+        """Select point ``index`` in both views (ring + both paths); jump to its worst frame when paused."""
+        if self.run_a is None or not 0 <= index < self.run_a.num_points:
+            return
+        self.selected = int(index)
+        if jump and not self._timer.isActive() and self.distance is not None:
+            row = self.distance[index]
+            if np.isfinite(row).any():
+                self.set_frame(int(np.nanargmax(row)))
+        self._sync_table_selection()
+        self._draw_selection()
+        self._draw()
+        self.pointSelected.emit(self.selected)
+
+    def _sync_table_selection(self) -> None:
+        rows = [r for r, i in enumerate(self.row_points()) if i == self.selected]
+        self.table.blockSignals(True)
+        self.table.clearSelection()
+        if rows:
+            self.table.selectRow(rows[0])
+            self.table.scrollToItem(self.table.item(rows[0], 0))
+        self.table.blockSignals(False)
+
+    def _on_table_selection(self) -> None:
+        items = self.table.selectedItems()
+        if items:
+            self.select_point(int(items[0].data(Qt.ItemDataRole.UserRole)))
+
+    def _on_scene_click(self, event: Any) -> None:
+        """Select the point nearest to a click in either view (within CLICK_RADIUS_PX on screen)."""
+        if event.button() != Qt.MouseButton.LeftButton:
+            return
+        for side, run in ((self.side_a, self.run_a), (self.side_b, self.run_b)):
+            vb = side.plot.getViewBox()
+            if run is None or not vb.sceneBoundingRect().contains(event.scenePos()):
+                continue
+            here = vb.mapSceneToView(event.scenePos())
+            xy = run.tracks[:, min(self.frame, run.num_frames - 1)]  # [N, 2]
+            px_per_unit = vb.viewPixelSize()  # (x, y) view units per screen pixel
+            d = np.hypot((xy[:, 0] - here.x()) / px_per_unit[0], (xy[:, 1] - here.y()) / px_per_unit[1])
+            d = np.where(np.isfinite(d), d, np.inf)
+            if d.size and d.min() <= CLICK_RADIUS_PX:
+                event.accept()
+                self.select_point(int(np.argmin(d)))
+            return
+
+    def _draw_selection(self) -> None:
+        for side in (self.side_a, self.side_b):
+            if self.selected is None or self.run_a is None or self.run_b is None or self.divergence is None:
+                side.path_a.setData([], [])
+                side.path_b.setData([], [])
+                continue
+            xy_a = self.run_a.tracks[self.selected]  # [T, 2]
+            xy_b = self.run_b.tracks[self.selected]
+            side.path_a.setData(xy_a[:, 0], xy_a[:, 1], connect="finite")
+            side.path_b.setData(xy_b[:, 0], xy_b[:, 1], connect="finite")
+
+    # -- drawing -----------------------------------------------------------------------------
+    def _draw(self) -> None:
+        t = self.frame
+        for side, run in ((self.side_a, self.run_a), (self.side_b, self.run_b)):
+            if self.frames is not None and t < len(self.frames):
+                side.image.setImage(self.frames[t], autoLevels=False, levels=(0, 255))
+            if run is None or t >= run.num_frames or len(self.point_bin) != run.num_points:
+                side.clear_tracks()
+                continue
+            xy = run.tracks[:, t]  # [N, 2]
+            finite = np.isfinite(xy).all(axis=1)
+            vis = run.visible[:, t]
+            for b in range(len(self.bin_rgb)):
+                in_bin = finite & (self.point_bin == b)
+                for item, mask in ((side.filled[b], in_bin & vis), (side.hollow[b], in_bin & ~vis)):
+                    if mask.any():
+                        item.setData(x=xy[mask, 0], y=xy[mask, 1])
+                    elif len(item.data):
+                        item.clear()
+            self._draw_trails(side, run, t)
+            if self.selected is not None and np.isfinite(xy[self.selected]).all():
+                side.ring.setData(x=xy[self.selected, :1], y=xy[self.selected, 1:])
+            else:
+                side.ring.clear()
+
+    def _draw_trails(self, side: _SideView, run: RunData, t: int) -> None:
+        t0 = max(0, t - self.trail)
+        if not self.trails_box.isChecked() or t0 == t:
+            side.trails.setData([], [])
+            return
+        seg = run.tracks[:, t0:t + 1]  # [N, K+1, 2]
+        pairs = np.stack([seg[:, :-1], seg[:, 1:]], axis=2).reshape(-1, 2, 2)  # [N*K, 2 ends, 2]
+        pairs = pairs[np.isfinite(pairs).all(axis=(1, 2))].reshape(-1, 2)
+        side.trails.setData(pairs[:, 0], pairs[:, 1])
+
+
+def _px(value: float) -> str:
+    return "—" if value is None or not np.isfinite(value) else f"{value:.2f} px"
+
+
+def _num(value: float | None) -> str:
+    return "—" if value is None or not np.isfinite(value) else f"{value:.3f}"

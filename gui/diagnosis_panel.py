@@ -1,0 +1,294 @@
+"""Diagnosis: the current report's findings with their evidence, and a what-if on another GPU.
+
+Findings come from the report (``engine.diagnose`` wrote them when the report was built); each is a
+tree row with a severity dot, its title, and children for the evidence numbers and the suggested
+change. The what-if projects the report's per-stage times onto a GPU from ``engine.specs.GPUS`` with
+``engine.whatif.project`` and lists the assumptions the projection makes.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QFont, QIcon, QPainter, QPixmap
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine import specs
+from engine.errors import UserError
+from engine.whatif import project
+
+SEVERITY_COLOURS = {"critical": "#d32f2f", "warning": "#ef8a00", "info": "#1e88e5"}
+SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+UNKNOWN_SEVERITY_COLOUR = "#808080"
+ICON_SIZE = 14
+TABLE_SLACK_PX = 4  # the what-if table's height beyond its rows (no scroll bar for a pixel)
+WRAP_CHARS = 100  # suggestions wrap at this many characters (tree rows do not wrap by themselves)
+#: the GPU the what-if shows first: the card the design's problem is about, unless the report ran on it
+PREFERRED_TARGETS = ("Tesla T4", "A100 80GB SXM")
+NO_FINDINGS = "no findings: nothing in this report looks wrong to the rules"
+NO_REPORT = "no report yet: run the tracker or open a report"
+NO_COST = "no cost model in this report: run with bench to get one (trackscope bench --cost)"
+WHATIF_COLUMNS = ("stage", "bound", "precision on target", "observed ms", "projected ms", "× observed")
+
+
+def severity_icon(severity: str) -> QIcon:
+    """A filled dot in the severity's colour."""
+    pixmap = QPixmap(ICON_SIZE, ICON_SIZE)
+    pixmap.fill(Qt.GlobalColor.transparent)
+    painter = QPainter(pixmap)
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+    painter.setBrush(QColor(SEVERITY_COLOURS.get(severity, UNKNOWN_SEVERITY_COLOUR)))
+    painter.setPen(Qt.PenStyle.NoPen)
+    painter.drawEllipse(1, 1, ICON_SIZE - 2, ICON_SIZE - 2)
+    painter.end()
+    return QIcon(pixmap)
+
+
+def format_value(value: Any) -> str:
+    """Evidence numbers for people: 3 significant digits, thousands separated; text as is."""
+    if isinstance(value, bool) or value is None:
+        return "—" if value is None else str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "—" if value != value else str(value)
+        if abs(value) >= 1e4:
+            return f"{value:,.0f}"
+        if abs(value) >= 100 or value == int(value):
+            return f"{value:.0f}"
+        return f"{value:#.3g}"
+    return str(value)
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.3g}" if value < 1 else f"{value:.1f}" if value < 1e4 else f"{value:,.0f}"
+
+
+class DiagnosisPanel(QWidget):
+    """Findings of the current report, and its per-stage times projected onto another GPU."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.report: dict[str, Any] | None = None
+        self.projection: dict[str, Any] | None = None
+
+        self.header = QLabel(NO_REPORT)
+        self.header.setWordWrap(True)
+        self.findings = QTreeWidget()
+        self.findings.setColumnCount(3)
+        self.findings.setHeaderLabels(["finding", "severity", "stage"])
+        self.findings.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.findings.header().setStretchLastSection(False)
+        self.findings.setWordWrap(True)
+        self.findings.setUniformRowHeights(False)
+        self.findings.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        findings_box = QGroupBox("Findings")
+        QVBoxLayout(findings_box).addWidget(self.findings)
+
+        self.gpu_combo = QComboBox()
+        for spec in specs.GPUS:
+            self.gpu_combo.addItem(spec.name)
+        self.gpu_combo.setToolTip("Project this report's per-stage times onto this GPU (datasheet peaks)")
+        self.gpu_combo.currentTextChanged.connect(self._update_whatif)
+        self.whatif_summary = QLabel("")
+        self.whatif_summary.setWordWrap(True)
+        self.whatif_table = QTableWidget(0, len(WHATIF_COLUMNS))
+        self.whatif_table.setHorizontalHeaderLabels(WHATIF_COLUMNS)
+        self.whatif_table.verticalHeader().hide()
+        self.whatif_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.whatif_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.whatif_table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.assumptions = QLabel("")
+        self.assumptions.setWordWrap(True)
+        self.assumptions.setTextFormat(Qt.TextFormat.RichText)
+        self.assumptions.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        chooser = QHBoxLayout()
+        chooser.addWidget(QLabel("Target GPU:"))
+        chooser.addWidget(self.gpu_combo)
+        chooser.addStretch(1)
+        whatif_box = QGroupBox("What-if: this run on another GPU")
+        whatif_layout = QVBoxLayout(whatif_box)
+        whatif_layout.addLayout(chooser)
+        whatif_layout.addWidget(self.whatif_summary)
+        whatif_layout.addWidget(self.whatif_table)
+        whatif_layout.addWidget(self.assumptions)
+        whatif_layout.addStretch(1)
+
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.addWidget(findings_box)
+        splitter.addWidget(whatif_box)
+        splitter.setStretchFactor(0, 3)  # the what-if box ends in a stretch: spare height goes to findings
+        splitter.setStretchFactor(1, 2)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.header)
+        layout.addWidget(splitter, 1)
+        self.set_report(None)
+
+    # -- input -------------------------------------------------------------------------------
+    def set_report(self, report: dict[str, Any] | None) -> None:
+        """Show a run report's findings and what-if (None clears the panel)."""
+        self.report = report
+        if report is None:
+            self.header.setText(NO_REPORT)
+        else:
+            config = report.get("config") or {}
+            device = report.get("device_name") or ((report.get("environment") or {}).get("gpu") or {}).get(
+                "name") or config.get("device", "?")
+            label = report.get("label") or f"{config.get('tracker', '?')} {config.get('precision', '')}"
+            created = f" · recorded {report['created']}" if report.get("created") else ""
+            self.header.setText(f"<b>{label}</b> on {device}{created}")
+        self._fill_findings()
+        self._choose_default_target()
+        self._update_whatif()
+
+    def set_target(self, gpu_name: str) -> None:
+        """Choose the what-if GPU by its table name."""
+        index = self.gpu_combo.findText(gpu_name)
+        if index < 0:
+            raise UserError(f"unknown GPU {gpu_name!r}", f"choose one of: {', '.join(s.name for s in specs.GPUS)}")
+        self.gpu_combo.setCurrentIndex(index)
+
+    # -- findings ----------------------------------------------------------------------------
+    def _fill_findings(self) -> None:
+        self.findings.clear()
+        if self.report is None:
+            return
+        findings = [f for f in (self.report.get("findings") or []) if isinstance(f, dict)]
+        if not findings:
+            item = QTreeWidgetItem([NO_FINDINGS, "", ""])
+            item.setForeground(0, QColor("gray"))
+            self.findings.addTopLevelItem(item)
+            return
+        findings.sort(key=lambda f: SEVERITY_ORDER.get(f.get("severity"), len(SEVERITY_ORDER)))
+        bold = QFont()
+        bold.setBold(True)
+        for i, finding in enumerate(findings):
+            severity = str(finding.get("severity", "info"))
+            title = str(finding.get("title", finding.get("rule", "?")))
+            top = QTreeWidgetItem([textwrap.fill(title, WRAP_CHARS), severity, str(finding.get("stage") or "")])
+            top.setIcon(0, severity_icon(severity))
+            top.setForeground(1, QColor(SEVERITY_COLOURS.get(severity, UNKNOWN_SEVERITY_COLOUR)))
+            top.setFont(0, bold)
+            top.setToolTip(0, f"{title}\n(rule: {finding.get('rule', '?')})")
+            evidence = finding.get("evidence") or {}
+            if evidence:
+                ev = QTreeWidgetItem(["evidence"])
+                for key, value in evidence.items():
+                    ev.addChild(QTreeWidgetItem([f"{key.replace('_', ' ')}: {format_value(value)}"]))
+                top.addChild(ev)
+            if finding.get("suggestion"):
+                text = textwrap.fill(f"suggested change: {finding['suggestion']}", WRAP_CHARS)
+                tip = QTreeWidgetItem([text])
+                tip.setToolTip(0, str(finding["suggestion"]))
+                top.addChild(tip)
+                tip.setFirstColumnSpanned(True)
+            self.findings.addTopLevelItem(top)
+            if i == 0:  # the most severe one opens with its evidence
+                top.setExpanded(True)
+                for j in range(top.childCount()):
+                    top.child(j).setExpanded(True)
+
+    def finding_titles(self) -> list[str]:
+        """Titles in the order shown."""
+        return [self.findings.topLevelItem(i).text(0).replace("\n", " ")
+                for i in range(self.findings.topLevelItemCount())]
+
+    # -- what-if -----------------------------------------------------------------------------
+    def _choose_default_target(self) -> None:
+        own = None
+        if self.report is not None:
+            own = specs.lookup(self.report.get("device_name") or
+                               ((self.report.get("environment") or {}).get("gpu") or {}).get("name"))
+        for name in PREFERRED_TARGETS:
+            if own is None or own.name != name:
+                self.gpu_combo.blockSignals(True)
+                self.gpu_combo.setCurrentIndex(max(0, self.gpu_combo.findText(name)))
+                self.gpu_combo.blockSignals(False)
+                return
+
+    def _clear_whatif(self, message: str) -> None:
+        self.projection = None
+        self.whatif_table.setRowCount(0)
+        self.whatif_summary.setText(message)
+        self.assumptions.setText("")
+
+    def _update_whatif(self, *_: Any) -> None:
+        if self.report is None:
+            self._clear_whatif("")
+            return
+        cost = self.report.get("cost")
+        if not cost or not cost.get("stages"):
+            self._clear_whatif(NO_COST)
+            return
+        try:
+            result = project(self.report, self.gpu_combo.currentText())
+        except UserError as exc:
+            self._clear_whatif(str(exc))
+            return
+        self.projection = result
+        observed, projected = result.get("observed_ms"), result.get("projected_ms")
+        ratio = projected / observed if observed and projected is not None else None
+        self.whatif_summary.setText(
+            f"{result['source']} → <b>{result['target']}</b> ({result['precision']}): "
+            f"{_ms(observed)} ms observed → <b>{_ms(projected)} ms</b> projected"
+            + (f" ({ratio:.2f}× the time)" if ratio else ""))
+        stages = {name: row for name, row in (result.get("stages") or {}).items()
+                  if row.get("observed_ms") is not None or row.get("projected_ms") is not None}
+        self.whatif_table.setRowCount(len(stages) + 1)
+        for r, (name, row) in enumerate(stages.items()):
+            bound = str(row.get("bound", "")) + (" (kept)" if row.get("kept") else "")
+            precision = f"{row.get('precision', '')} {row.get('target_path', '')}".strip()
+            self._set_row(r, (name, bound, precision, row.get("observed_ms"), row.get("projected_ms")))
+            if row.get("kept"):
+                self.whatif_table.item(r, 1).setToolTip("kept at the observed time: launches, syncs and host "
+                                                        "work do not follow the GPU's peaks")
+        self._set_row(len(stages), ("total", "", "", observed, projected), bold=True)
+        self._fit_table_height()
+        items = "".join(f"<li>{a}</li>" for a in result.get("assumptions") or [])
+        self.assumptions.setText(f"<b>Assumptions</b><ul style='margin-left: -20px'>{items}</ul>")
+
+    def _fit_table_height(self) -> None:
+        """As tall as its rows: the space below goes to the assumptions, not to an empty table."""
+        table = self.whatif_table
+        rows = sum(table.rowHeight(r) for r in range(table.rowCount()))
+        table.setFixedHeight(table.horizontalHeader().height() + rows + 2 * table.frameWidth() + TABLE_SLACK_PX)
+
+    def _set_row(self, r: int, values: tuple, bold: bool = False) -> None:
+        name, bound, precision, observed, projected = values
+        ratio = projected / observed if observed and projected is not None else None
+        cells = (name, bound, precision, _ms(observed), _ms(projected), f"{ratio:.2f}" if ratio else "—")
+        for c, text in enumerate(cells):
+            item = QTableWidgetItem(text)
+            if c >= 3:
+                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            if bold:
+                font = item.font()
+                font.setBold(True)
+                item.setFont(font)
+            self.whatif_table.setItem(r, c, item)
+
+    def projected_ms(self) -> dict[str, float]:
+        """Stage -> projected ms currently shown (empty without a projection)."""
+        if self.projection is None:
+            return {}
+        return {k: v["projected_ms"] for k, v in self.projection["stages"].items() if v.get("projected_ms") is not None}

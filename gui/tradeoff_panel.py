@@ -1,0 +1,410 @@
+"""Precision trade-off: one row per (tracker, device, precision, batch sizes) run, and speed vs accuracy.
+
+Rows come from run reports (the session's runs, or a ``bench`` file). A configuration run again
+replaces its row (the latest report wins). Speedup is over the fp32 run of the same tracker, device,
+video and number of points: the one with the same batch sizes when there is one, else the fastest
+fp32 run. Accuracy is AJ against ground truth when the report has it, else the mean px divergence
+from that fp32 run (from the report's accuracy block, or computed from both runs' tracks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHeaderView,
+    QLabel,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.errors import ReportError
+from engine.metrics import divergence
+from engine.report import load_reports, report_tracks, validate_report
+
+BASELINE_PRECISION = "fp32"
+UNTRAINED_MARK = " (untrained)"
+#: one colour per precision in the scatter (and the precision cell)
+PRECISION_COLOURS = {"fp32": (70, 130, 230), "tf32": (40, 170, 90), "fp16": (240, 140, 30),
+                     "bf16": (170, 70, 200), "int8": (220, 50, 50), "fp8": (120, 120, 120)}
+OTHER_COLOUR = (128, 128, 128)
+COLUMNS = ("tracker", "device", "precision", "points/batch", "frames/batch", "ms / run", "frames/s", "speedup",
+           "peak memory", "AJ", "px vs fp32", "runs")
+HEADER_TIPS = {"points/batch": "points tracked per batch (the run tracks all its points, batch by batch)",
+               "frames/batch": "frames per batch",
+               "ms / run": "median wall time of the warm runs (the cold run when there is no warm one)",
+               "speedup": "fp32 ms / this ms, same tracker, device, video and points",
+               "AJ": "average Jaccard against ground truth (TAP-Vid)",
+               "px vs fp32": "mean distance in video pixels from the fp32 run's tracks",
+               "runs": "runs recorded in the report"}
+COL = {name: i for i, name in enumerate(COLUMNS)}
+SORT_ROLE = Qt.ItemDataRole.UserRole + 1
+MIB = 1024 ** 2
+GIB = 1024 ** 3
+SYMBOL_SIZE = 12
+MAX_TICKS = 9
+TICK_MARGIN = 1.3  # ticks cover the data range widened by this factor each side
+PLOT_PADDING = 0.15  # share of the data range left above and below the points
+MIN_AJ_SPAN = 0.05  # the AJ axis spans at least this much
+MIN_PX_SPAN = 0.5  # px axis height when every run matches fp32 exactly
+LABEL_ROOM = 1.25  # the x range reaches this factor past the slowest run, room for its label
+_MEMORY_TIPS = {"device peak": "peak allocated device memory (torch allocator)",
+                "process RSS": "largest resident memory of the whole process (telemetry): no device allocator",
+                "": "not measured (no allocator stats and no telemetry)"}
+_PX_SOURCES = {"report": "from the report's accuracy block", "tracks": "mean px between this run's tracks and "
+               "the fp32 run's", "baseline": "the fp32 baseline itself"}
+
+
+@dataclass
+class TradeoffRow:
+    """What one row shows; ``None`` where the report does not say."""
+
+    key: tuple
+    report: dict[str, Any]
+    tracker: str
+    device: str
+    precision: str
+    points_per_batch: int | None
+    frames_per_batch: int | None
+    ms: float | None
+    ms_basis: str  # "warm median" | "cold" | ""
+    frames_per_s: float | None
+    peak_memory_bytes: float | None
+    memory_kind: str  # "device peak" (allocator), "process RSS" (telemetry, CPU runs) or ""
+    aj: float | None
+    px_vs_fp32: float | None = None
+    px_source: str = ""
+    speedup: float | None = None
+    baseline: TradeoffRow | None = field(default=None, repr=False)
+    num_runs: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"{self.precision} p{self.points_per_batch} f{self.frames_per_batch}"
+
+
+def _device_of(report: dict[str, Any]) -> str:
+    name = report.get("device_name")
+    if name:
+        return str(name)
+    gpu = (report.get("environment") or {}).get("gpu")
+    if isinstance(gpu, dict) and gpu.get("name"):
+        return str(gpu["name"])
+    return str((report.get("config") or {}).get("device", "?"))
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if np.isfinite(value) else None
+
+
+def row_from_report(report: dict[str, Any]) -> TradeoffRow:
+    """The row of one report (speedup and divergence from fp32 are filled in by the panel)."""
+    config = report.get("config") or {}
+    totals = report.get("totals") or {}
+    video = report.get("video") or {}
+    tracker = str(config.get("tracker", "?"))
+    described = report.get("tracker") or {}
+    if "weights" in described and not described["weights"]:  # a learned tracker run without trained weights
+        tracker += UNTRAINED_MARK
+    device = _device_of(report)
+    precision = str(config.get("precision", "?"))
+    ppb, fpb = config.get("points_per_batch"), config.get("frames_per_batch")
+    warm, cold = _number(totals.get("warm_ms_median")), _number(totals.get("cold_ms"))
+    ms, basis = (warm, "warm median") if warm is not None else (cold, "cold") if cold is not None else (None, "")
+    accuracy = report.get("accuracy") or {}
+    aj = _number(accuracy.get("aj"))
+    px = _number(accuracy.get("mean_px")) if str(accuracy.get("vs", "")) == BASELINE_PRECISION else None
+    memory, memory_kind = _number(totals.get("peak_memory_bytes")), "device peak"
+    if memory is None:
+        memory, memory_kind = _peak_rss(report), "process RSS"
+    key = (tracker, device, precision, ppb, fpb, video.get("name") or video.get("path"), totals.get("num_points"))
+    return TradeoffRow(key=key, report=report, tracker=tracker, device=device, precision=precision,
+                       points_per_batch=ppb, frames_per_batch=fpb, ms=ms, ms_basis=basis,
+                       frames_per_s=_number(totals.get("frames_per_s")),
+                       peak_memory_bytes=memory, memory_kind=memory_kind, aj=aj, px_vs_fp32=px,
+                       px_source="report" if px is not None else "",
+                       num_runs=int(totals.get("num_runs") or len(report.get("runs") or [])))
+
+
+def _peak_rss(report: dict[str, Any]) -> float | None:
+    """The largest process RSS the report's telemetry saw (the memory figure of a CPU run)."""
+    metrics = (report.get("telemetry") or {}).get("metrics") or {}
+    values = [v for v in metrics.get("process_rss_bytes") or [] if _number(v) is not None]
+    return float(max(values)) if values else None
+
+
+def _group(row: TradeoffRow) -> tuple:
+    """Rows comparable with each other: same tracker, device, video and number of points."""
+    tracker, device, _precision, _ppb, _fpb, video, num_points = row.key
+    return tracker, device, video, num_points
+
+
+class _LogMsAxis(pg.AxisItem):
+    """A log-scale axis whose ticks read as plain milliseconds (20, 30) rather than 2·10¹."""
+
+    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:  # noqa: N802
+        if not self.logMode:
+            return super().tickStrings(values, scale, spacing)
+        return [f"{10 ** v:.3g}" for v in values]
+
+
+class _SortItem(QTableWidgetItem):
+    """A cell that sorts by a number (None last) instead of its text."""
+
+    def __lt__(self, other: QTableWidgetItem) -> bool:
+        a, b = self.data(SORT_ROLE), other.data(SORT_ROLE)
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+            return a < b
+        if isinstance(a, (int, float)) != isinstance(b, (int, float)):
+            return isinstance(a, (int, float))  # numbers before blanks
+        return self.text() < other.text()
+
+
+class TradeoffPanel(QWidget):
+    """Speed against accuracy per precision and batch size: a sortable table and a scatter."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.rows: dict[tuple, TradeoffRow] = {}  # insertion order = first time a config was seen
+
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        for name, tip in HEADER_TIPS.items():
+            self.table.horizontalHeaderItem(COL[name]).setToolTip(tip)
+        self.table.verticalHeader().hide()
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.setSortingEnabled(True)
+        self.table.sortByColumn(COL["ms / run"], Qt.SortOrder.AscendingOrder)
+
+        self.plot = pg.PlotWidget(axisItems={"bottom": _LogMsAxis("bottom")})
+        self.plot.setBackground("w")
+        self.plot.setLogMode(x=True, y=False)
+        self.plot.showGrid(x=True, y=True, alpha=0.25)
+        self.plot.setLabel("bottom", "ms per run (log scale)")
+        self.plot.setMenuEnabled(False)
+        self.plot.getAxis("left").enableAutoSIPrefix(False)
+        self.legend = self.plot.addLegend(offset=(10, 10), brush=pg.mkBrush(255, 255, 255, 220), pen=pg.mkPen("k"),
+                                          labelTextColor="k")
+        self.note = QLabel("")
+        self.note.setStyleSheet("color: gray;")
+        self.note.setWordWrap(True)
+
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.addWidget(self.table)
+        splitter.addWidget(self.plot)
+        splitter.setStretchFactor(0, 1)
+        splitter.setStretchFactor(1, 1)
+        layout = QVBoxLayout(self)
+        layout.addWidget(splitter, 1)
+        layout.addWidget(self.note)
+        self._refresh()
+
+    # -- inputs ------------------------------------------------------------------------------
+    def add_report(self, report: dict[str, Any]) -> TradeoffRow:
+        """Add a run report; replaces the row of the same configuration. ReportError if it is not one."""
+        if not isinstance(report, dict):
+            raise ReportError(f"not a run report: a {type(report).__name__}, not a JSON object")
+        report = validate_report(dict(report), f"report {report.get('label') or '(unlabelled)'}")
+        row = row_from_report(report)
+        self.rows[row.key] = row
+        self._refresh()
+        return row
+
+    def add_bench(self, path: str | Path) -> int:
+        """Add every report of a bench (or report) file; returns how many. ReportError when unreadable."""
+        reports = load_reports(path)
+        if not reports:
+            raise ReportError(f"bench file {path} holds no reports")
+        for report in reports:
+            row = row_from_report(report)
+            self.rows[row.key] = row
+        self._refresh()
+        return len(reports)
+
+    def clear(self) -> None:
+        """Remove every row."""
+        self.rows.clear()
+        self._refresh()
+
+    # -- derived values ----------------------------------------------------------------------
+    def _baseline(self, row: TradeoffRow) -> TradeoffRow | None:
+        candidates = [r for r in self.rows.values()
+                      if r.precision == BASELINE_PRECISION and _group(r) == _group(row) and r.ms is not None]
+        same_batches = [r for r in candidates if (r.points_per_batch, r.frames_per_batch)
+                        == (row.points_per_batch, row.frames_per_batch)]
+        pool = same_batches or candidates
+        return min(pool, key=lambda r: r.ms) if pool else None
+
+    def _compare(self) -> None:
+        """Speedup and px divergence of every row against its fp32 baseline."""
+        for row in self.rows.values():
+            base = self._baseline(row)
+            row.baseline = base
+            row.speedup = base.ms / row.ms if base is not None and row.ms else None
+            if row.px_source == "report":
+                continue
+            row.px_vs_fp32, row.px_source = None, ""
+            if base is None:
+                continue
+            if base is row:
+                row.px_vs_fp32, row.px_source = 0.0, "baseline"
+                continue
+            mine, theirs = report_tracks(row.report), report_tracks(base.report)
+            if mine is None or theirs is None or mine[1].shape != theirs[1].shape:
+                continue
+            div = divergence(mine[1], mine[2], theirs[1], theirs[2])
+            if np.isfinite(div.mean_px):
+                row.px_vs_fp32, row.px_source = float(div.mean_px), "tracks"
+
+    # -- drawing -----------------------------------------------------------------------------
+    def _refresh(self) -> None:
+        self._compare()
+        self._fill_table()
+        self._draw_scatter()
+
+    def _fill_table(self) -> None:
+        self.table.setSortingEnabled(False)
+        self.table.setRowCount(len(self.rows))
+        for r, row in enumerate(self.rows.values()):
+            base = row.baseline
+            speed_tip = (f"over {base.label} ({_ms(base.ms)})" if base is not None
+                         else f"no fp32 run of {row.tracker} on {row.device} to compare with")
+            px_tip = _PX_SOURCES.get(row.px_source, "no fp32 run with tracks to compare with")
+            cells = [
+                (row.tracker, row.tracker, str(row.report.get("label") or "")),
+                (row.device, row.device, ""),
+                (row.precision, row.precision, ""),
+                (_int(row.points_per_batch), row.points_per_batch, ""),
+                (_int(row.frames_per_batch), row.frames_per_batch, ""),
+                (_ms(row.ms), row.ms, f"{row.ms_basis} of {row.num_runs} run(s)" if row.ms_basis else ""),
+                (_fmt(row.frames_per_s, "{:.1f}"), row.frames_per_s, ""),
+                (_fmt(row.speedup, "{:.2f}x"), row.speedup, speed_tip),
+                (_bytes(row.peak_memory_bytes) + (" RSS" if row.memory_kind == "process RSS" else ""),
+                 row.peak_memory_bytes, _MEMORY_TIPS[row.memory_kind if row.peak_memory_bytes is not None else ""]),
+                (_fmt(row.aj, "{:.3f}"), row.aj, "" if row.aj is not None else "no ground truth in this report"),
+                (_px(row.px_vs_fp32), row.px_vs_fp32, px_tip),
+                (str(row.num_runs), row.num_runs, ""),
+            ]
+            for c, (text, key, tip) in enumerate(cells):
+                item = _SortItem(text)
+                item.setData(SORT_ROLE, key)
+                item.setData(Qt.ItemDataRole.UserRole, r)
+                if tip:
+                    item.setToolTip(tip)
+                if c >= COL["points/batch"]:
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                if c == COL["precision"]:
+                    item.setForeground(pg.mkColor(PRECISION_COLOURS.get(row.precision, OTHER_COLOUR)))
+                self.table.setItem(r, c, item)
+        self.table.setSortingEnabled(True)
+
+    def accuracy_axis(self) -> str:
+        """'aj' when any row has AJ against ground truth, else 'px'."""
+        return "aj" if any(r.aj is not None for r in self.rows.values()) else "px"
+
+    def _draw_scatter(self) -> None:
+        self.plot.clear()
+        self.legend.clear()
+        axis = self.accuracy_axis()
+        self.plot.setLabel("left", "AJ vs ground truth (higher is better)" if axis == "aj"
+                           else "px divergence from fp32 (lower is better)")
+        by_precision: dict[str, list[TradeoffRow]] = {}
+        skipped = 0
+        for row in self.rows.values():
+            y = row.aj if axis == "aj" else row.px_vs_fp32
+            if row.ms is None or row.ms <= 0 or y is None:
+                skipped += 1
+                continue
+            by_precision.setdefault(row.precision, []).append(row)
+        for precision, rows in by_precision.items():
+            colour = PRECISION_COLOURS.get(precision, OTHER_COLOUR)
+            xs = np.array([r.ms for r in rows])
+            ys = np.array([r.aj if axis == "aj" else r.px_vs_fp32 for r in rows])
+            self.plot.plot(xs, ys, pen=None, symbol="o", symbolSize=SYMBOL_SIZE, symbolBrush=colour,
+                           symbolPen=pg.mkPen("k", width=1), name=precision)
+        self._draw_labels(axis, [r for rows in by_precision.values() for r in rows])
+        notes = []
+        if not self.rows:
+            notes.append("no runs yet: run the tracker at several precisions, or open a bench file")
+        if skipped:
+            notes.append(f"{skipped} run(s) not plotted: no timing or no accuracy "
+                         f"({'ground truth' if axis == 'aj' else 'fp32 run with tracks'} needed)")
+        self.note.setText("; ".join(notes))
+        if by_precision:
+            all_ms = [r.ms for rows in by_precision.values() for r in rows]
+            all_y = [r.aj if axis == "aj" else r.px_vs_fp32 for rows in by_precision.values() for r in rows]
+            self.plot.getAxis("bottom").setTicks([_nice_ticks(min(all_ms), max(all_ms))])
+            self._set_ranges(axis, all_ms, all_y)
+
+    def _draw_labels(self, axis: str, rows: list[TradeoffRow]) -> None:
+        """A label per point (only the fields that vary); neighbours alternate above and below their point."""
+        vary_p = len({r.points_per_batch for r in rows}) > 1
+        vary_f = len({r.frames_per_batch for r in rows}) > 1
+        for i, r in enumerate(sorted(rows, key=lambda r: r.ms)):
+            text = r.precision + (f" p{r.points_per_batch}" if vary_p else "") + (f" f{r.frames_per_batch}"
+                                                                                   if vary_f else "")
+            item = pg.TextItem(text, color=PRECISION_COLOURS.get(r.precision, OTHER_COLOUR),
+                               anchor=(0, 1) if i % 2 == 0 else (0, 0))
+            item.setPos(float(np.log10(r.ms)), float(r.aj if axis == "aj" else r.px_vs_fp32))
+            self.plot.addItem(item)
+
+    def _set_ranges(self, axis: str, all_ms: list[float], all_y: list[float]) -> None:
+        """Fixed ranges: every point and its label inside, never a sliver of a range when values tie."""
+        lo, hi = min(all_y), max(all_y)
+        if axis == "aj":
+            pad = max((hi - lo) * PLOT_PADDING, MIN_AJ_SPAN / 2)
+            y_lo, y_hi = max(0.0, lo - pad), min(1.0, hi + pad)
+        else:  # divergence: from 0 (the fp32 baseline) to a little above the largest
+            y_hi = hi * (1 + 2 * PLOT_PADDING) if hi > 0 else MIN_PX_SPAN
+            y_lo = -y_hi * PLOT_PADDING
+        x_lo = np.log10(min(all_ms) / TICK_MARGIN)
+        x_hi = np.log10(max(all_ms) * TICK_MARGIN * LABEL_ROOM)
+        self.plot.getViewBox().setRange(xRange=(x_lo, x_hi), yRange=(y_lo, y_hi), padding=0)
+
+
+def _nice_ticks(lo: float, hi: float) -> list[tuple[float, str]]:
+    """Ticks at 1-1.5-2-3-5-7 x 10^k (1-2-5 when that makes too many) around [lo, hi] ms, in log10 units."""
+    lo, hi = lo / TICK_MARGIN, hi * TICK_MARGIN
+    for steps in ((1, 1.5, 2, 3, 5, 7), (1, 2, 5), (1,)):
+        values = [m * 10.0 ** k for k in range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)
+                  for m in steps]
+        values = [v for v in values if lo <= v <= hi]
+        if len(values) <= MAX_TICKS:
+            break
+    return [(float(np.log10(v)), f"{v:g}") for v in values]
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f} ms" if value >= 10 else f"{value:.2f} ms"
+
+
+def _px(value: float | None) -> str:
+    """Pixels to 3 significant digits: small divergences (0.0039 px) must not read as 0.00."""
+    return "—" if value is None else "0" if value == 0 else f"{value:.3g}"
+
+
+def _fmt(value: float | None, pattern: str) -> str:
+    return "—" if value is None else pattern.format(value)
+
+
+def _int(value: Any) -> str:
+    return "—" if value is None else str(value)
+
+
+def _bytes(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value / GIB:.2f} GiB" if value >= GIB else f"{value / MIB:.0f} MiB"

@@ -1,0 +1,370 @@
+"""The three standalone panels: A/B view (two real LK runs), trade-off table and scatter, diagnosis."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pytestqt")
+from PySide6.QtCore import QPointF, Qt, QTimer  # noqa: E402
+
+from engine.config import RunConfig  # noqa: E402
+from engine.diagnose import diagnose  # noqa: E402
+from engine.errors import ReportError  # noqa: E402
+from engine.metrics import divergence, tapvid_metrics  # noqa: E402
+from engine.report import RunRecorder, save_report  # noqa: E402
+from engine.session import Finished, Session  # noqa: E402
+from engine.whatif import project  # noqa: E402
+from gui.ab_view import ABView  # noqa: E402
+from gui.diagnosis_panel import NO_COST, NO_FINDINGS, DiagnosisPanel  # noqa: E402
+from gui.model import RunData  # noqa: E402
+from gui.tradeoff_panel import COL, TradeoffPanel  # noqa: E402
+from tests.helpers import moving_square_video  # noqa: E402
+
+NUM_FRAMES = 10
+SIZE = 48
+PERTURBED = 3  # the point moved in run B
+SHIFT = np.array([3.0, 4.0], np.float32)  # 5 px
+QUERIES = np.array([[0, 30, 30], [0, 40, 10], [0, 10, 40], [0, 36, 40], [0, 24, 6], [0, 40, 24]], np.float32)
+
+
+def lk_run() -> Finished:
+    frames = moving_square_video(NUM_FRAMES, SIZE)
+    result = Session(frames, QUERIES, RunConfig(tracker="lk", device="cpu")).run()
+    assert isinstance(result, Finished), result
+    return result
+
+
+@pytest.fixture(scope="module")
+def ab_runs():
+    frames = moving_square_video(NUM_FRAMES, SIZE)
+    run_a, run_b = lk_run(), lk_run()
+    tracks_b = run_b.tracks.copy()
+    tracks_b[PERTURBED] += SHIFT
+    a = RunData("lk run A", {"tracker": "lk"}, QUERIES, run_a.tracks, run_a.visible)
+    b = RunData("lk run B (perturbed)", {"tracker": "lk"}, QUERIES, tracks_b, run_b.visible)
+    assert (a.visible[PERTURBED] & b.visible[PERTURBED]).sum() >= 2, "the perturbed point must stay tracked"
+    return frames, a, b
+
+
+@pytest.fixture
+def ab_view(qtbot, ab_runs):
+    frames, a, b = ab_runs
+    view = ABView()
+    qtbot.addWidget(view)
+    view.resize(900, 500)
+    view.set_frames(frames)
+    view.set_runs(a, b)
+    view.show()
+    return view
+
+
+def test_ab_numbers_match_engine_metrics(ab_view, ab_runs):
+    _, a, b = ab_runs
+    expected = divergence(a.tracks, a.visible, b.tracks, b.visible)
+    assert ab_view.divergence.mean_px == pytest.approx(expected.mean_px)
+    assert ab_view.divergence.max_px == pytest.approx(5.0, abs=1e-4)
+    np.testing.assert_allclose(ab_view.divergence.per_point_px, expected.per_point_px)
+    text = ab_view.summary.text()
+    assert f"{expected.mean_px:.2f} px" in text
+    assert f"{100 * expected.visibility_agreement:.1f} %" in text
+    assert "no ground truth" in text
+
+
+def test_ab_most_divergent_first_and_click_selects(qtbot, ab_view, ab_runs):
+    _, a, b = ab_runs
+    assert ab_view.row_points()[0] == PERTURBED
+    assert ab_view.table.item(0, 2).text() == "5.00"
+    rect = ab_view.table.visualItemRect(ab_view.table.item(0, 1))
+    with qtbot.waitSignal(ab_view.pointSelected, timeout=1000) as blocker:
+        qtbot.mouseClick(ab_view.table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    assert blocker.args == [PERTURBED]
+    assert ab_view.selected == PERTURBED
+    t = ab_view.frame
+    assert a.visible[PERTURBED, t] and b.visible[PERTURBED, t]  # jumped to a frame where both are tracked
+    ring_a = np.array(ab_view.side_a.ring.getData()).T  # [1, 2]
+    ring_b = np.array(ab_view.side_b.ring.getData()).T
+    np.testing.assert_allclose(ring_a[0], a.tracks[PERTURBED, t], atol=1e-4)
+    np.testing.assert_allclose(ring_b[0], b.tracks[PERTURBED, t], atol=1e-4)
+    assert len(ab_view.side_a.path_b.getData()[0]) == NUM_FRAMES  # B's path drawn in view A too
+    ab_view.set_frame(0)
+    np.testing.assert_allclose(np.array(ab_view.side_b.ring.getData()).T[0], b.tracks[PERTURBED, 0], atol=1e-4)
+
+
+def test_ab_point_colours_follow_divergence(ab_view):
+    rgba = ab_view.point_rgba
+    assert rgba[PERTURBED, 0] > 200 and rgba[PERTURBED, 1] < 80  # red
+    others = [i for i in range(len(QUERIES)) if i != PERTURBED and np.isfinite(ab_view.divergence.per_point_px[i])]
+    assert others and all(rgba[i, 1] > 150 and rgba[i, 0] < 100 for i in others)  # green
+    assert ab_view.colour_bar.levels()[1] == pytest.approx(ab_view.colour_max_px)
+
+
+def test_ab_views_share_frame_and_zoom(qtbot, ab_view, ab_runs):
+    frames, a, b = ab_runs
+    ab_view.set_frame(4)
+    np.testing.assert_array_equal(ab_view.side_a.image.image, frames[4])
+    np.testing.assert_array_equal(ab_view.side_b.image.image, frames[4])
+    drawn = ab_view.side_b.shown_points()  # [M, 2], grouped by colour bin and filled/hollow
+    expected = b.tracks[np.isfinite(b.tracks[:, 4]).all(-1), 4]
+    np.testing.assert_allclose(np.sort(drawn, axis=0), np.sort(expected, axis=0), atol=1e-4)
+    filled = sum(len(item.getData()[0]) for item in ab_view.side_b.filled)
+    assert filled == int(b.visible[:, 4].sum())  # occluded points are drawn hollow
+    ab_view.side_a.plot.getViewBox().setRange(xRange=(5, 15), yRange=(5, 15), padding=0)
+    range_b = ab_view.side_b.plot.getViewBox().viewRange()
+    assert range_b[0] == pytest.approx(ab_view.side_a.plot.getViewBox().viewRange()[0])
+
+
+def test_ab_playback_advances_and_stops(qtbot, ab_view):
+    ab_view.set_frame(0)
+    ab_view.set_playing(True)
+    qtbot.waitUntil(lambda: ab_view.frame >= 2, timeout=2000)
+    ab_view.hide()
+    assert not ab_view._timer.isActive()
+    assert not ab_view.play_button.isChecked()
+
+
+def test_ab_aj_against_ground_truth(qtbot, ab_runs):
+    frames, a, b = ab_runs
+    gt = {"tracks": a.tracks, "visible": a.visible, "query_t": QUERIES[:, 0]}
+    view = ABView()
+    qtbot.addWidget(view)
+    view.set_frames(frames)
+    view.set_runs(a, b, ground_truth=gt)
+    expected_b = tapvid_metrics(b.tracks, b.visible, a.tracks, a.visible, QUERIES[:, 0], size=(SIZE, SIZE)).aj
+    assert view.aj["a"] == pytest.approx(1.0)
+    assert view.aj["b"] == pytest.approx(expected_b) and expected_b < 1.0
+    assert f"B <b>{expected_b:.3f}</b>" in view.summary.text()
+
+
+def test_ab_mismatched_runs_warn_instead_of_crashing(qtbot, ab_runs):
+    frames, a, b = ab_runs
+    short = RunData("fewer points", {}, QUERIES[:2], b.tracks[:2], b.visible[:2])
+    view = ABView()
+    qtbot.addWidget(view)
+    view.set_frames(frames)
+    view.set_runs(a, short)
+    assert view.divergence is None and view.table.rowCount() == 0
+    assert "cannot be compared" in view.warning.text()
+
+
+# -- trade-off --------------------------------------------------------------------------------
+def make_report(precision: str, ms: float, ppb: int = 256, device: str = "NVIDIA H200",
+                shift_px: float | None = None) -> dict:
+    """A report dict of the schema, by hand (tracks when shift_px is given: a fixed grid moved by it)."""
+    tracks = None
+    if shift_px is not None:
+        base = np.stack(np.meshgrid(np.arange(4.0) * 10, np.arange(3.0) * 10), -1).reshape(-1, 1, 2)
+        xy = np.repeat(base, 5, axis=1) + [shift_px, 0.0]  # [12, 5, 2]
+        tracks = {"queries": [[0.0, *p[0]] for p in base.tolist()], "tracks": xy.tolist(),
+                  "visible": np.ones((12, 5), int).tolist()}
+    return {
+        "format": "trackscope-report", "version": 1, "created": "2026-11-30T01:00:00Z",
+        "environment": {"gpu": {"name": device, "compute_capability": [9, 0]}},
+        "config": {"tracker": "corrtrack", "device": "cuda", "precision": precision, "points_per_batch": ppb,
+                   "frames_per_batch": 16},
+        "label": f"corrtrack {precision} p{ppb} f16", "device_name": device,
+        "video": {"name": "sample.mp4", "num_frames": 47, "width": 256, "height": 256},
+        "stages": ["backbone", "cost_volume"],
+        "runs": [{"cold": i == 0, "wall_ms": ms * (5 if i == 0 else 1), "stage_ms": {"backbone": ms / 2},
+                  "batches": []} for i in range(4)],
+        "totals": {"warm_ms_median": ms, "cold_ms": 5 * ms, "frames_per_s": 47e3 / ms,
+                   "peak_memory_bytes": 3 * 1024 ** 3, "num_points": 256, "num_frames": 47, "num_runs": 4},
+        "accuracy": None, "tracks": tracks, "findings": [],
+    }
+
+
+def table_rows(panel: TradeoffPanel) -> dict[str, list[str]]:
+    """Rows by 'precision@device' (plus '/pN' when the points per batch are not 256)."""
+    out = {}
+    for r in range(panel.table.rowCount()):
+        cells = [panel.table.item(r, c).text() for c in range(panel.table.columnCount())]
+        points = cells[COL["points/batch"]]
+        out[f"{cells[COL['precision']]}@{cells[COL['device']]}" + ("" if points == "256" else f"/p{points}")] = cells
+    return out
+
+
+def test_tradeoff_rows_speedup_and_divergence(qtbot):
+    panel = TradeoffPanel()
+    qtbot.addWidget(panel)
+    panel.add_report(make_report("fp32", 30.0, shift_px=0.0))
+    panel.add_report(make_report("fp16", 12.0, shift_px=0.5))
+    panel.add_report(make_report("bf16", 15.0))
+    rows = table_rows(panel)
+    assert len(rows) == 3
+    assert rows["fp32@NVIDIA H200"][COL["speedup"]] == "1.00x"
+    assert rows["fp16@NVIDIA H200"][COL["speedup"]] == "2.50x"
+    assert rows["bf16@NVIDIA H200"][COL["speedup"]] == "2.00x"
+    assert rows["fp16@NVIDIA H200"][COL["px vs fp32"]] == "0.5"  # computed from both runs' tracks
+    assert rows["bf16@NVIDIA H200"][COL["px vs fp32"]] == "—"  # no tracks to compare
+    assert rows["fp16@NVIDIA H200"][COL["peak memory"]] == "3.00 GiB"
+    assert panel.accuracy_axis() == "px"
+    assert "1 run(s) not plotted" in panel.note.text()
+
+
+def test_tradeoff_rerun_replaces_row_and_other_device_has_no_baseline(qtbot):
+    panel = TradeoffPanel()
+    qtbot.addWidget(panel)
+    for prec, ms in (("fp32", 30.0), ("fp16", 12.0), ("bf16", 15.0)):
+        panel.add_report(make_report(prec, ms))
+    panel.add_report(make_report("fp16", 10.0))
+    rows = table_rows(panel)
+    assert len(rows) == 3
+    assert rows["fp16@NVIDIA H200"][COL["ms / run"]] == "10.0 ms"
+    assert rows["fp16@NVIDIA H200"][COL["speedup"]] == "3.00x"
+    panel.add_report(make_report("fp16", 80.0, device="Tesla T4"))
+    rows = table_rows(panel)
+    assert len(rows) == 4 and rows["fp16@Tesla T4"][COL["speedup"]] == "—"
+    panel.add_report(make_report("fp16", 40.0, ppb=1024))  # no fp32 at p1024: the fastest fp32 is the baseline
+    rows = table_rows(panel)
+    assert len(rows) == 5 and rows["fp16@NVIDIA H200/p1024"][COL["speedup"]] == "0.75x"
+    untrained = make_report("fp32", 25.0)
+    untrained["tracker"] = {"name": "corrtrack", "weights": None}  # a learned tracker without trained weights
+    panel.add_report(untrained)
+    trackers = [panel.table.item(r, COL["tracker"]).text() for r in range(panel.table.rowCount())]
+    assert len(trackers) == 6 and trackers.count("corrtrack (untrained)") == 1  # its own row, not a replacement
+    panel.clear()
+    assert panel.table.rowCount() == 0
+
+
+def test_tradeoff_sorts_numerically_and_plots_aj(qtbot):
+    panel = TradeoffPanel()
+    qtbot.addWidget(panel)
+    for prec, ms, aj in (("fp32", 100.0, 0.70), ("fp16", 9.0, 0.69), ("tf32", 20.0, 0.705)):
+        report = make_report(prec, ms)
+        report["accuracy"] = {"aj": aj, "delta_avg": 0.8, "oa": 0.9, "vs": "ground truth"}
+        panel.add_report(report)
+    panel.table.sortByColumn(COL["ms / run"], Qt.SortOrder.AscendingOrder)
+    order = [panel.table.item(r, COL["precision"]).text() for r in range(3)]
+    assert order == ["fp16", "tf32", "fp32"]  # 9 < 20 < 100 as numbers, not as text
+    panel.table.sortByColumn(COL["AJ"], Qt.SortOrder.DescendingOrder)
+    assert panel.table.item(0, COL["precision"]).text() == "tf32"
+    assert panel.accuracy_axis() == "aj"
+    plotted = {item.name(): item.getData() for item in panel.plot.listDataItems()}
+    assert set(plotted) == {"fp32", "fp16", "tf32"}
+    assert plotted["fp16"][1][0] == pytest.approx(0.69)
+
+
+def test_tradeoff_bench_file_and_bad_input(qtbot, tmp_path):
+    panel = TradeoffPanel()
+    qtbot.addWidget(panel)
+    bench = {"format": "trackscope-bench", "version": 1, "environment": {},
+             "reports": [make_report("fp32", 30.0), make_report("bf16", 20.0)]}
+    path = save_report(tmp_path / "bench.json", bench)
+    assert panel.add_bench(path) == 2
+    assert table_rows(panel)["bf16@NVIDIA H200"][COL["speedup"]] == "1.50x"
+    (tmp_path / "junk.json").write_text("{not json")
+    with pytest.raises(ReportError, match="junk.json"):
+        panel.add_bench(tmp_path / "junk.json")
+    with pytest.raises(ReportError):
+        panel.add_report({"format": "something else"})
+    assert panel.table.rowCount() == 2
+
+
+# -- diagnosis --------------------------------------------------------------------------------
+H200_ENV = {"hostname": "gpu-host", "os": "Linux", "python": "3.11", "torch": "2.11", "cuda": "12.8",
+            "driver": "570", "device": "cuda:0", "cpu": {"model": "x86", "cores": 16},
+            "gpu": {"name": "NVIDIA H200", "compute_capability": [9, 0], "memory_total_bytes": 141 * 10 ** 9}}
+STAGE_COSTS = {"grayscale": {"flops": 0, "bytes": 4_000_000, "ops": 10, "precision": "fp32"},
+               "track_forward": {"flops": 2 * 10 ** 11, "bytes": 2 * 10 ** 8, "ops": 40, "precision": "fp32"},
+               "track_backward": {"flops": 2 * 10 ** 11, "bytes": 2 * 10 ** 8, "ops": 40, "precision": "fp32"}}
+
+
+@pytest.fixture(scope="module")
+def h200_report() -> dict:
+    """Real LK runs recorded as if on an H200 with GPM telemetry showing busy SMs and idle tensor cores."""
+    recorder = RunRecorder(environment=copy.deepcopy(H200_ENV))
+    frames = moving_square_video(NUM_FRAMES, SIZE)
+    for _ in range(3):
+        for event in Session(frames, QUERIES, RunConfig(tracker="lk", device="cpu")).events():
+            recorder.add(event)
+    report = recorder.build(stage_costs=STAGE_COSTS)
+    report["telemetry"] = {"t": [0.0, 0.1, 0.2], "availability": {}, "static": {},
+                           "metrics": {"sm_active_pct": [80.0, 85.0, 82.0], "tensor_active_pct": [0.0, 0.0, 0.0]}}
+    report["findings"] = [f.to_dict() for f in diagnose(report)]
+    return report
+
+
+def test_diagnosis_shows_findings_with_evidence(qtbot, h200_report):
+    panel = DiagnosisPanel()
+    qtbot.addWidget(panel)
+    panel.set_report(h200_report)
+    findings = h200_report["findings"]
+    assert any(f["rule"] == "tf32_off" for f in findings)
+    assert panel.finding_titles() == [f["title"] for f in findings]  # diagnose sorts most severe first
+    tf32 = next(i for i, f in enumerate(findings) if f["rule"] == "tf32_off")
+    item = panel.findings.topLevelItem(tf32)
+    assert item.text(1) == "warning"
+    texts = [item.child(i).text(0) for i in range(item.childCount())]
+    assert texts[0] == "evidence" and texts[-1].startswith("suggested change: run with --precision tf32")
+    evidence = [item.child(0).child(i).text(0) for i in range(item.child(0).childCount())]
+    assert "compute capability: 9.00" in evidence or "compute capability: 9" in evidence
+    assert panel.findings.topLevelItem(0).isExpanded()
+
+
+def test_diagnosis_whatif_follows_the_gpu_choice(qtbot, h200_report):
+    panel = DiagnosisPanel()
+    qtbot.addWidget(panel)
+    panel.set_report(h200_report)
+    assert panel.gpu_combo.currentText() == "Tesla T4"
+    panel.gpu_combo.setCurrentText("A100 80GB SXM")
+    expected = project(h200_report, "A100 80GB SXM")
+    assert panel.projected_ms() == pytest.approx({k: v["projected_ms"] for k, v in expected["stages"].items()
+                                                  if v["projected_ms"] is not None})
+    timed = [k for k, v in expected["stages"].items() if v["observed_ms"] is not None]
+    assert panel.whatif_table.rowCount() == len(timed) + 1  # untimed stages are left out, plus a total
+    total = panel.whatif_table.item(panel.whatif_table.rowCount() - 1, 4).text()
+    assert total.replace(",", "") == f"{expected['projected_ms']:.1f}" or float(total) == pytest.approx(
+        expected["projected_ms"], rel=1e-2)
+    assert "source peaks: H200" in panel.assumptions.text()
+    slower = project(h200_report, "Tesla T4")["stages"]["track_forward"]["projected_ms"]
+    panel.set_target("Tesla T4")
+    assert panel.projected_ms()["track_forward"] == pytest.approx(slower)
+    assert slower > expected["stages"]["track_forward"]["projected_ms"]
+
+
+def test_diagnosis_without_findings_or_cost(qtbot, h200_report):
+    panel = DiagnosisPanel()
+    qtbot.addWidget(panel)
+    bare = {**h200_report, "findings": [], "cost": None}
+    panel.set_report(bare)
+    assert panel.finding_titles() == [NO_FINDINGS]
+    assert panel.whatif_summary.text() == NO_COST
+    assert panel.whatif_table.rowCount() == 0 and panel.projection is None
+    panel.set_report(None)
+    assert panel.findings.topLevelItemCount() == 0
+
+
+def test_panels_leave_no_running_timers(qtbot, ab_runs):
+    frames, a, b = ab_runs
+    view = ABView()
+    qtbot.addWidget(view)
+    view.set_frames(frames)
+    view.set_runs(a, b)
+    view.show()
+    view.set_playing(True)
+    view.close()
+    assert not any(t.isActive() for t in view.findChildren(QTimer))
+
+
+def test_ab_clicking_a_point_in_a_view_selects_it(qtbot, ab_view, ab_runs):
+    _, a, _ = ab_runs
+    ab_view.set_frame(0)
+    ab_view.fit()
+    target = 1
+    x, y = a.tracks[target, 0]
+    scene_pos = ab_view.side_a.plot.getViewBox().mapViewToScene(QPointF(float(x), float(y)))
+    pos = ab_view.canvas.mapFromScene(scene_pos)
+    with qtbot.waitSignal(ab_view.pointSelected, timeout=1000) as blocker:
+        qtbot.mouseClick(ab_view.canvas.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+    assert blocker.args == [target]
+    assert ab_view.row_points()[ab_view.table.currentRow()] == target
+    grid = np.stack(np.meshgrid(np.arange(2.0, SIZE - 2), np.arange(2.0, SIZE - 2)), -1).reshape(-1, 2)
+    xy_b = ab_runs[2].tracks[:, ab_view.frame]
+    gap = np.linalg.norm(grid[:, None] - xy_b[None], axis=-1).min(axis=1)  # distance to the nearest point
+    empty = grid[np.argmax(gap)]
+    assert gap.max() * ab_view.side_b.plot.getViewBox().width() / SIZE > 15  # well outside the click radius
+    far = ab_view.canvas.mapFromScene(ab_view.side_b.plot.getViewBox().mapViewToScene(QPointF(*map(float, empty))))
+    with qtbot.assertNotEmitted(ab_view.pointSelected):
+        qtbot.mouseClick(ab_view.canvas.viewport(), Qt.MouseButton.LeftButton, pos=far)
