@@ -1,0 +1,1 @@
+"""Plugin trackers used by the tests (importable as tests.plugins.pathological:NAME)."""
