@@ -1,0 +1,207 @@
+"""The synthetic generator: shapes, determinism, and ground truth checked against the pixels."""
+
+from __future__ import annotations
+
+import sys
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from engine.cli import main as cli_main
+from engine.synthetic import (
+    SynthConfig,
+    TextureBank,
+    generate_batch,
+    generate_video,
+    photometric_agreement,
+    write_eval_set,
+)
+from engine.synthetic.render import carry_points, render, sample_queries
+from engine.synthetic.scene import sample_scene
+from engine.trackio import load_ground_truth, read_queries_csv
+
+SMALL = SynthConfig(num_frames=8, height=48, width=64, num_points=48)  # not square: catches x/y swaps
+EXACT = SynthConfig(num_frames=8, height=48, width=64, num_points=64, photometric=False, num_sprites=(2, 4))
+MATCH_TOL = 0.1  # largest channel difference (in [0, 1]) counted as the same colour
+
+
+@pytest.fixture(scope="module")
+def bank() -> TextureBank:
+    return TextureBank.build("cpu", size=128, photos=False, procedural=6, seed=3)
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _agreement(video: torch.Tensor, tracks: torch.Tensor, visible: torch.Tensor, queries: torch.Tensor) -> float:
+    shares = [photometric_agreement(video[i], tracks[i], visible[i], queries[i], MATCH_TOL)
+              for i in range(video.shape[0])]
+    return float(np.nanmean(shares))
+
+
+def test_shapes_and_dtypes(bank):
+    b = generate_batch(3, SMALL, bank, _gen(0), "cpu")
+    assert b.video.shape == (3, 8, 48, 64, 3) and b.video.dtype == torch.uint8
+    assert b.tracks.shape == (3, 48, 8, 2) and b.tracks.dtype == torch.float32
+    assert b.visible.shape == (3, 48, 8) and b.visible.dtype == torch.bool
+    assert b.queries.shape == (3, 48, 3) and b.queries.dtype == torch.float32
+    assert torch.isfinite(b.tracks).all()
+    assert b.video.float().std() > 10  # not a blank video
+
+
+def test_same_seed_same_batch_other_seed_differs(bank):
+    a = generate_batch(2, SMALL, bank, _gen(7), "cpu")
+    b = generate_batch(2, SMALL, bank, _gen(7), "cpu")
+    c = generate_batch(2, SMALL, bank, _gen(8), "cpu")
+    assert torch.equal(a.video, b.video) and torch.equal(a.tracks, b.tracks)
+    assert torch.equal(a.visible, b.visible) and torch.equal(a.queries, b.queries)
+    assert not torch.equal(a.video, c.video)
+
+
+def test_queries_are_visible_in_frame_and_spread_over_time(bank):
+    b = generate_batch(4, SMALL, bank, _gen(1), "cpu")
+    qt = b.queries[..., 0].long()
+    idx = torch.arange(48)
+    for i in range(4):
+        assert b.visible[i, idx, qt[i]].all()
+        assert torch.allclose(b.tracks[i, idx, qt[i]], b.queries[i, :, 1:])
+    assert (qt > 0).float().mean() > 0.4 and (qt == 0).any()
+    assert (b.queries[..., 1:] >= 0).all() and (b.queries[..., 1] <= 63).all() and (b.queries[..., 2] <= 47).all()
+    first = generate_batch(2, SynthConfig(num_frames=8, height=48, width=64, num_points=16,
+                                          query_first_frame_only=True), bank, _gen(1), "cpu")
+    assert (first.queries[..., 0] == 0).all()
+
+
+def test_colour_under_visible_tracks_matches_query_colour(bank):
+    b = generate_batch(4, EXACT, bank, _gen(2), "cpu")
+    assert _agreement(b.video, b.tracks, b.visible, b.queries) > 0.95
+
+
+def test_inverted_camera_motion_fails_the_photometric_check(bank):
+    """The check must catch the bug it exists for: camera motion applied backwards."""
+    cfg = SynthConfig(num_frames=8, height=48, width=64, num_points=64, photometric=False, num_sprites=(1, 1),
+                      sprite_size=(0.05, 0.08), camera_motion=2.0)
+    gen = _gen(4)
+    scene = sample_scene(4, cfg, len(bank), bank.size, gen)
+    qt, xy, surface = sample_queries(scene, cfg, gen)
+    video = render(scene, bank, cfg, gen)
+    queries = torch.cat([qt[..., None].float(), xy], -1)
+    tracks, visible = carry_points(scene, cfg, qt, xy, surface)
+    assert _agreement(video, tracks, visible, queries) > 0.95
+    # inverted: image_from_texture(t) = A0^-1 A_t A0^-1 instead of A_t^-1 (motion from frame 0 reversed)
+    a = scene.local_from_image[:, 0].double()  # [B, T, 3, 3] texture-from-image
+    a0_inv = torch.linalg.inv(a[:, :1])
+    wrong = scene.image_from_local.clone()
+    wrong[:, 0] = (a0_inv @ a @ a0_inv).float()
+    scene.image_from_local = wrong
+    bad_tracks, bad_visible = carry_points(scene, cfg, qt, xy, surface)
+    moved = (bad_tracks - tracks).norm(dim=-1) > 2.0
+    assert moved.float().mean() > 0.3  # the two transforms really differ
+    assert _agreement(video, bad_tracks, bad_visible, queries) < 0.7
+
+
+def test_occlusion_and_leaving_the_frame_make_points_invisible(bank):
+    cfg = SynthConfig(num_frames=12, height=64, width=64, num_points=64, num_sprites=(4, 6),
+                      sprite_size=(0.2, 0.35), sprite_motion=1.5, camera_motion=1.5, photometric=False)
+    b = generate_batch(4, cfg, bank, _gen(5), "cpu")
+    x, y = b.tracks[..., 0], b.tracks[..., 1]
+    outside = (x < 0) | (x > 63) | (y < 0) | (y > 63)
+    assert outside.any() and not b.visible[outside].any()
+    occluded = ~outside & ~b.visible
+    assert occluded.float().mean() > 0.02
+    # an occluded point shows the occluder, not its own surface: colours mostly differ from the query's
+    occluded_only = photometric_share(b, occluded)
+    visible_only = photometric_share(b, b.visible)
+    assert visible_only > 0.95 and occluded_only < 0.6
+
+
+def photometric_share(b, mask: torch.Tensor) -> float:
+    """Share of the (point, frame) pairs in mask, off the query frame, whose colour matches the query."""
+    return _agreement(b.video, b.tracks, mask, b.queries)
+
+
+def test_config_rejects_nonsense_and_edge_cases_render(bank):
+    with pytest.raises(ValueError):
+        SynthConfig(num_sprites=(3, 1))
+    with pytest.raises(ValueError):
+        SynthConfig(num_frames=0)
+    b = generate_batch(2, SynthConfig(num_frames=1, height=16, width=24, num_points=4, num_sprites=(0, 0)), bank,
+                       _gen(0), "cpu")
+    assert b.video.shape == (2, 1, 16, 24, 3) and b.visible.all()
+
+
+def test_texture_bank_splits_are_distinct_and_skimage_is_optional(monkeypatch, capsys):
+    train = TextureBank.build("cpu", size=32, photos=False, procedural=3, split="train")
+    val = TextureBank.build("cpu", size=32, photos=False, procedural=3, split="val")
+    assert train.images.shape == (3, 3, 32, 32) and 0 <= float(train.images.min()) <= float(train.images.max()) <= 1
+    assert not set(train.names) & set(val.names)
+    assert (train.images - val.images).abs().mean() > 0.05
+    monkeypatch.setitem(sys.modules, "skimage.data", None)  # importing it now raises ImportError
+    bank = TextureBank.build("cpu", size=32, photos=True, procedural=2)
+    assert len(bank) == 2 and "scikit-image" in capsys.readouterr().err
+    with pytest.raises(ValueError):
+        TextureBank.build("cpu", size=32, photos=False, procedural=1, split="test")
+
+
+def test_generate_video_numpy(bank):
+    d = generate_video(3, SMALL, bank)
+    assert d["video"].shape == (8, 48, 64, 3) and d["video"].dtype == np.uint8
+    assert d["tracks"].shape == (48, 8, 2) and d["visible"].shape == (48, 8) and d["visible"].dtype == bool
+    assert d["queries"].shape == (48, 3) and d["query_t"].shape == (48,)
+    assert np.array_equal(d["query_t"], d["queries"][:, 0].astype(int))
+
+
+def _read_mp4(path) -> np.ndarray:
+    cap = cv2.VideoCapture(str(path))
+    frames = []
+    while True:
+        ok, frame = cap.read()
+        if not ok:
+            break
+        frames.append(frame[..., ::-1])
+    cap.release()
+    return np.stack(frames)
+
+
+def test_write_eval_set_round_trip(tmp_path, bank):
+    paths = write_eval_set(tmp_path, 2, seed=5, cfg=SMALL, prefix="v", textures=bank)
+    assert [p.name for p in paths] == ["v_000.mp4", "v_001.mp4"]
+    d = generate_video(5 * 100003 + 1, SMALL, bank)
+    frames = _read_mp4(paths[1])
+    assert frames.shape == (8, 48, 64, 3)
+    assert np.abs(frames.astype(float) - d["video"]).mean() < 12  # lossy codec, same content
+    gt = load_ground_truth(tmp_path / "v_001.gt.npz")
+    assert gt["tracks"].shape == (48, 8, 2) and gt["visible"].shape == (48, 8) and gt["query_t"].shape == (48,)
+    np.testing.assert_allclose(gt["tracks"], d["tracks"])
+    q = read_queries_csv(tmp_path / "v_001.queries.csv")
+    np.testing.assert_allclose(q, d["queries"], atol=1e-3)
+
+
+def test_sample_command(tmp_path, capsys):
+    rc = cli_main(["sample", str(tmp_path / "set"), "--count", "1", "--frames", "4", "--size", "32",
+                   "--points", "8"])
+    assert rc == 0
+    assert (tmp_path / "set" / "synth_000.mp4").exists() and (tmp_path / "set" / "synth_000.gt.npz").exists()
+    assert cli_main(["sample", str(tmp_path / "bad"), "--frames", "0"]) == 2
+    assert "--frames" in capsys.readouterr().err
+    assert cli_main(["sample", str(tmp_path / "bad"), "--size", "33"]) == 2
+    assert "even" in capsys.readouterr().err
+
+
+def test_bundled_sample_is_consistent():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "resources"
+    gt = load_ground_truth(root / "sample.gt.npz")
+    q = read_queries_csv(root / "sample.queries.csv")
+    frames = _read_mp4(root / "sample.mp4")
+    assert frames.shape == (47, 256, 256, 3)
+    n = gt["tracks"].shape[0]
+    assert 64 <= n <= 100 and q.shape == (n, 3) and gt["tracks"].shape == (n, 47, 2)
+    assert (gt["query_t"] > 0).any()
+    np.testing.assert_array_equal(q[:, 0].astype(int), gt["query_t"])
+    assert gt["visible"][np.arange(n), gt["query_t"]].all()
+    assert sum(f.stat().st_size for f in root.glob("sample.*")) < 5 * 1024 * 1024
