@@ -1,0 +1,126 @@
+"""`trackscope gui [VIDEO | REPORT.json]` (and `trackscope` alone): the desktop app."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from engine.errors import UserError
+
+SAMPLE_NAME = "sample.mp4"
+
+
+def resources_dir() -> Path:
+    """The bundled resources folder (installed package or source tree)."""
+    try:
+        import resources
+
+        if getattr(resources, "__file__", None):
+            return Path(resources.__file__).resolve().parent
+        return Path(next(iter(resources.__path__))).resolve()
+    except (ImportError, StopIteration):
+        return Path(__file__).resolve().parent.parent / "resources"
+
+
+def sample_video_path() -> Path | None:
+    """The bundled sample video, or None when it is not installed."""
+    path = resources_dir() / SAMPLE_NAME
+    return path if path.is_file() else None
+
+
+def _config_from_args(args: argparse.Namespace):
+    """The stored toggles with any given on the command line applied (UserError when invalid)."""
+    from engine.config import RunConfig
+
+    from .settings import Settings
+
+    changes = {k: getattr(args, k) for k in ("tracker", "device", "precision", "points_per_batch",
+                                            "frames_per_batch") if getattr(args, k, None) is not None}
+    base = Settings().config()
+    try:
+        return RunConfig.from_dict({**base.to_dict(), **changes})
+    except ValueError as exc:
+        raise UserError(f"invalid run settings: {exc}") from None
+
+
+def _size(text: str) -> tuple[int, int]:
+    """'1500x900' -> (1500, 900); UserError when malformed."""
+    w, _, h = text.lower().partition("x")
+    try:
+        size = int(w), int(h)
+    except ValueError:
+        raise UserError(f"--size must look like 1500x900, not {text!r}") from None
+    if min(size) < 1:
+        raise UserError(f"--size must be positive, not {text!r}")
+    return size
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", nargs="?", help="a video, an image folder, or a run report / bench JSON to replay")
+    parser.add_argument("--queries", help="queries CSV (t,x,y) to load with the video")
+    parser.add_argument("--tracker", help="tracker to select (default: the last one used, else corrtrack)")
+    parser.add_argument("--device", help="device to select: auto, cpu, cuda, cuda:N")
+    parser.add_argument("--precision", help="precision to select: fp32, tf32, fp16, bf16")
+    parser.add_argument("--points-per-batch", type=int, help="query points per batch")
+    parser.add_argument("--frames-per-batch", type=int, help="frames per batch")
+    parser.add_argument("--run", action="store_true", help="start tracking as soon as the window opens")
+    parser.add_argument("--screenshot", metavar="PNG",
+                        help="after the run (with --run) or on open, save the window as PNG and quit")
+    parser.add_argument("--size", default="1500x900", help="window size WxH for --screenshot (default 1500x900)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Open the window; returns the Qt exit code."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from .main_window import MainWindow
+
+    if args.path is not None and not Path(args.path).exists():
+        raise UserError(f"{args.path}: no such file or folder")
+    config = _config_from_args(args)
+    if args.screenshot:
+        _size(args.size)
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setOrganizationName("trackscope")
+    app.setApplicationName("trackscope")
+    window = MainWindow(config=config)
+    path = args.path
+    if path is None:
+        sample = sample_video_path()
+        if sample is None:
+            window.show_message("the bundled sample video is missing (resources/sample.mp4)",
+                                "open a video with File > Open, or drop one on the window", "warning")
+        else:
+            window.load_path(sample)
+    else:
+        window.load_path(path)
+    if args.queries:
+        window.load_path(args.queries)
+    if args.screenshot:
+        window.resize(*_size(args.size))
+    window.show()
+
+    if args.screenshot:
+        from .export import export_png
+
+        def shoot() -> None:
+            export_png(args.screenshot, window)
+            window.close()
+
+        def after_run(_run=None) -> None:
+            QTimer.singleShot(300, shoot)
+
+        if args.run:
+            window.run_finished.connect(after_run)
+            window.controller.failed.connect(after_run)
+        else:
+            QTimer.singleShot(800, shoot)
+    if args.run:
+        def start() -> None:
+            if not window.start_run() and args.screenshot:  # nothing to wait for: shoot the message
+                QTimer.singleShot(300, shoot)
+
+        QTimer.singleShot(0, start)
+    return int(app.exec())

@@ -1,0 +1,526 @@
+"""Live charts: GPU (or CPU) telemetry on a shared time axis, per-batch stage bars, stage breakdown.
+
+Data and paint rates are independent: the telemetry sampler fills ring buffers in its own thread and
+a 10 Hz QTimer here copies a snapshot and calls ``setData`` on preallocated curves (no antialias,
+fixed ranges, ``skipFiniteCheck`` when a series has no NaN). Hidden charts do not poll.
+Time is seconds since ``origin`` (a ``time.perf_counter()`` value, the clock of session events).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
+
+from engine.config import RunConfig
+
+POLL_HZ = 10.0
+STAGE_PLOT_TITLE = "Stage time per batch"
+TIME_PLOT_MIN_PX = 100  # the charts scroll rather than squeeze a plot below this
+STAGE_PLOT_MIN_PX = 170  # the stage bars need more height than a telemetry curve
+BREAKDOWN_ROW_PX = 22  # height per stage in the breakdown
+BREAKDOWN_EXTRA_PX = 60  # title and axis of the breakdown
+BREAKDOWN_MS = 500  # the per-stage breakdown redraws at most this often during a run
+WINDOW_S = 60.0  # seconds of telemetry shown while live
+LEAD_S = 2.0  # seconds shown before the first run's start
+MIN_SPAN_S = 10.0  # the live time axis spans at least this
+PAGE_STEP_S = 15.0  # once the axis spans WINDOW_S it moves on by this much at a time
+PAGE_SLACK_S = 1.0  # seconds kept free at the right edge
+GB = 1e9
+PCT_RANGE = (0.0, 105.0)
+#: stage colours in order of first appearance (tab20 reordered: strong colours first, then light ones)
+STAGE_COLOURS = [
+    (31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75),
+    (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207), (174, 199, 232), (255, 187, 120),
+    (152, 223, 138), (255, 152, 150), (197, 176, 213), (196, 156, 148), (247, 182, 210), (199, 199, 199),
+    (219, 219, 141), (158, 218, 229),
+]
+#: clock-limit reason bits that are not interesting on their own (GPU idle, application clock setting)
+BORING_CLOCK_REASONS = 0x1 | 0x2
+MARKER_PEN = pg.mkPen((255, 200, 0), width=1, style=Qt.PenStyle.DashLine)
+
+
+def _curve(plot: pg.PlotItem, name: str, colour: tuple[int, int, int], width: float = 1.0) -> pg.PlotDataItem:
+    return plot.plot(name=name, pen=pg.mkPen(colour, width=width), antialias=False)
+
+
+def _set(curve: pg.PlotDataItem, x: np.ndarray, y: np.ndarray | None) -> None:
+    """setData with the finite check skipped when the series has no NaN."""
+    if y is None or len(y) != len(x) or not np.isfinite(y).any():
+        curve.setData(x=np.zeros(0), y=np.zeros(0))
+        return
+    finite = bool(np.isfinite(y).all())
+    curve.setData(x=x, y=y, connect="all" if finite else "finite", skipFiniteCheck=finite)
+
+
+def _reference_line(colour: tuple[int, int, int], label: str) -> pg.InfiniteLine:
+    """A dotted horizontal line (peak, capacity, limit) labelled at its left end, above the line."""
+    return pg.InfiniteLine(angle=0, pen=pg.mkPen(colour, style=Qt.PenStyle.DotLine), label=label,
+                           labelOpts={"position": 0.02, "color": colour, "anchors": [(0, 0), (0, 0)]})
+
+
+def _decode_reasons(mask: int) -> list[str]:
+    try:
+        from engine.telemetry import decode_clock_reasons
+    except ImportError:
+        return [f"0x{mask:x}"]
+    return list(decode_clock_reasons(mask))
+
+
+def stage_colour(i: int) -> tuple[int, int, int]:
+    return STAGE_COLOURS[i % len(STAGE_COLOURS)]
+
+
+class ChartsPanel(QWidget):
+    """Telemetry, per-batch stage timing and the per-stage breakdown."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        pg.setConfigOptions(antialias=False)
+        self.sampler: Any = None
+        self.origin = time.perf_counter()
+        self.live = True
+        self.static: dict[str, Any] = {}
+        self.availability: dict[str, str] = {}
+        self.gpu = False
+        self.polls = 0
+        self.stages: list[str] = []
+        self._batches: list[tuple[float, float, dict[str, float]]] = []  # (t_end, wall_s, stage_ms)
+        self._markers: list[tuple[float, str]] = []
+        self._x_page = (0.0, -1.0)  # current (lo, hi) of the live time axis; empty until the first poll
+        self._last_sample: float | None = None
+        self._follow = True
+        self._run_first_batch = 0  # index in _batches of the latest run's first batch
+        self._marker_items: list[pg.InfiniteLine] = []
+
+        self.mode_label = QLabel("")
+        self.mode_label.setWordWrap(True)
+        self.glw = pg.GraphicsLayoutWidget()
+        self.glw.setBackground("w")
+        self.glw.ci.setSpacing(2)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.addWidget(self.mode_label)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setWidget(self.glw)
+        layout.addWidget(scroll, 1)
+
+        self.util = self._time_plot("Utilisation", "%", 0)
+        self.bw = self._time_plot("Memory bandwidth", "GB/s", 1)
+        self.mem = self._time_plot("Memory used", "B", 2)
+        self.clock = self._time_plot("Clocks", "MHz", 3)
+        self.power = self._time_plot("Power", "W", 4)
+        self.stage_plot = self._time_plot(STAGE_PLOT_TITLE, "ms", 5)
+        self.stage_plot.setLabel("bottom", "time", units="s")
+        self.stage_plot.setMinimumHeight(STAGE_PLOT_MIN_PX)
+        for p in (self.util, self.bw, self.mem, self.clock, self.power):
+            p.getAxis("bottom").setStyle(showValues=False)
+        self.breakdown = self.glw.addPlot(row=6, col=0, title="Per-stage breakdown of the last run (ms)")
+        self.breakdown.setMenuEnabled(False)
+        self.breakdown.setMouseEnabled(False, False)
+        self.breakdown.hideAxis("left")
+        self.breakdown.getViewBox().invertY(True)  # stages top to bottom in the order they run
+        self.breakdown.setLabel("bottom", "ms")
+
+        self.c_busy = _curve(self.util, "GPU busy %", (31, 119, 180))
+        self.c_sm = _curve(self.util, "SM active %", (214, 39, 40))
+        self.c_tensor = _curve(self.util, "tensor active %", (44, 160, 44))
+        self.c_cpu = _curve(self.util, "CPU % (all cores)", (255, 127, 14))
+        self.util.setYRange(*PCT_RANGE, padding=0)
+        self.c_bw = _curve(self.bw, "DRAM GB/s", (148, 103, 189))
+        self.bw_peak = _reference_line((148, 103, 189), "peak")
+        self.c_mem = _curve(self.mem, "used", (31, 119, 180))
+        self.c_rss = _curve(self.mem, "process RSS", (255, 127, 14))
+        self.mem_cap = _reference_line((200, 0, 0), "capacity")
+        self.c_smclk = _curve(self.clock, "SM clock", (31, 119, 180))
+        self.c_memclk = _curve(self.clock, "memory clock", (127, 127, 127))
+        self.reason_dots = pg.ScatterPlotItem(size=6, symbol="t", brush=pg.mkBrush(214, 39, 40), pen=None,
+                                              name="clock limited")
+        self.clock.addItem(self.reason_dots)
+        self.reason_text = pg.TextItem("", color=(214, 39, 40), anchor=(0, 0))
+        self.clock.addItem(self.reason_text, ignoreBounds=True)
+        self.c_power = _curve(self.power, "power", (214, 39, 40))
+        self.power_limit = _reference_line((120, 0, 0), "limit")
+        self._stage_bars: dict[str, pg.BarGraphItem] = {}
+        self._stage_top = 0.0
+        self._breakdown_items: list[Any] = []
+        self.set_static({}, {})
+
+        self._breakdown_timer = QTimer(self)
+        self._breakdown_timer.setSingleShot(True)
+        self._breakdown_timer.setInterval(BREAKDOWN_MS)
+        self._breakdown_timer.timeout.connect(self._draw_breakdown)
+        self._timer = QTimer(self)
+        self._timer.setInterval(int(1000 / POLL_HZ))
+        self._timer.timeout.connect(self.poll)
+
+    def _time_plot(self, title: str, units: str, row: int) -> pg.PlotItem:
+        p = self.glw.addPlot(row=row, col=0)
+        p.setTitle(title, size="9pt")
+        p.setLabel("left", units=units)
+        p.getAxis("left").enableAutoSIPrefix(units == "B")
+        p.setMenuEnabled(False)
+        p.setMouseEnabled(x=True, y=False)
+        p.disableAutoRange()
+        # no grid: translucent grid lines across six plots cost more to paint than all the curves
+        if title != STAGE_PLOT_TITLE:  # the stage plot's colours are named by the breakdown below it
+            p.addLegend(offset=(-5, 2), labelTextSize="8pt", verSpacing=-8, brush=(255, 255, 255, 200))
+        p.getAxis("left").setWidth(48)
+        p.setMinimumHeight(TIME_PLOT_MIN_PX)
+        if row:
+            p.setXLink(self.util)
+        return p
+
+    # -- configuration ----------------------------------------------------------------------------------
+    def set_static(self, static: dict[str, Any], availability: dict[str, str]) -> None:
+        """Choose GPU or CPU charts and honest labels from the sampler's static info and availability."""
+        self.static = dict(static or {})
+        self.availability = dict(availability or {})
+        avail = self.availability
+        self.gpu = bool(avail) and avail.get("gpu_busy_pct", "no GPU") == ""
+        has = {k: avail.get(k, "x") == "" for k in ("sm_active_pct", "tensor_active_pct", "dram_bw_gbps")}
+        self.c_sm.setVisible(self.gpu and has["sm_active_pct"])
+        self.c_tensor.setVisible(self.gpu and has["tensor_active_pct"])
+        self.c_busy.setVisible(self.gpu)
+        self.c_cpu.setVisible(not self.gpu)
+        self.dram_gbps = self.gpu and has["dram_bw_gbps"]
+        for p in (self.bw, self.clock, self.power):
+            p.setVisible(self.gpu)
+        if self.gpu:
+            name = self.static.get("name", "GPU")
+            self.util.setTitle(f"{name}: GPU busy %" + (" and SM active %" if has["sm_active_pct"] else
+                                                       " (SM active needs GPM: not on this GPU)"), size="9pt")
+            if self.dram_gbps:
+                self.bw.setTitle("DRAM bandwidth (GPM)", size="9pt")
+                self.bw.setLabel("left", units="GB/s")
+                self.c_bw.opts["name"] = "DRAM GB/s"
+                peak = self.static.get("peak_bandwidth_gbps")
+                self._set_hline(self.bw, self.bw_peak, peak, f"peak {peak:.0f} GB/s" if peak else "")
+                self.bw.setYRange(0, (peak or 1000) * 1.05, padding=0)
+            else:
+                self.bw.setTitle("Memory-controller busy % (share of time, not bytes/s; no GPM here)", size="9pt")
+                self.bw.setLabel("left", units="%")
+                self._set_hline(self.bw, self.bw_peak, None, "")
+                self.bw.setYRange(*PCT_RANGE, padding=0)
+            cap = self.static.get("memory_total_bytes")
+            cap_gb = cap / GB if cap else None
+            self._set_hline(self.mem, self.mem_cap, cap, f"capacity {cap_gb:.0f} GB" if cap_gb else "")
+            self.mem.setTitle("GPU memory used", size="9pt")
+            self.mem.setYRange(0, (cap or GB) * 1.05, padding=0)
+            maxclk = max(self.static.get("max_sm_clock_mhz") or 0, self.static.get("max_mem_clock_mhz") or 0)
+            self.clock.setYRange(0, (maxclk or 2000) * 1.1, padding=0)
+            plim = self.static.get("power_limit_w")
+            self._set_hline(self.power, self.power_limit, plim, f"limit {plim:.0f} W" if plim else "")
+            self.power.setYRange(0, (plim or 700) * 1.1, padding=0)
+            self.mode_label.setText(f"Telemetry from NVML on {name}.")
+            self.mode_label.setStyleSheet("")
+        else:
+            reason = avail.get("gpu_busy_pct") or "no telemetry sampler"
+            self.mode_label.setText(f"No GPU telemetry ({reason}): showing CPU use and this process's memory.")
+            self.mode_label.setStyleSheet("color: #555; font-style: italic;")
+            self.util.setTitle("CPU % (all cores)", size="9pt")
+            self.mem.setTitle("Process memory (RSS)", size="9pt")
+            self._set_hline(self.mem, self.mem_cap, None, "")
+            self.mem.enableAutoRange(y=True)
+        self.c_mem.setVisible(self.gpu)
+        self.c_rss.setVisible(not self.gpu)
+        self._rebuild_legends()
+        self._fit_height(len(self.stages))
+
+    def _rebuild_legends(self) -> None:
+        """Legends list only the curves shown (hidden ones would be noise)."""
+        for plot in (self.util, self.bw, self.mem, self.clock, self.power):
+            legend = plot.legend
+            legend.clear()
+            for item in plot.listDataItems():
+                if item.isVisible() and item.opts.get("name"):
+                    legend.addItem(item, item.opts["name"])
+
+    @staticmethod
+    def _set_hline(plot: pg.PlotItem, line: pg.InfiniteLine, value: float | None, label: str) -> None:
+        if value is None:
+            if line.scene() is not None:
+                plot.removeItem(line)
+            return
+        if line.scene() is None:
+            plot.addItem(line, ignoreBounds=True)
+        line.setValue(value)
+        line.label.setFormat(label)
+
+    def attach_sampler(self, sampler: Any) -> None:
+        """Poll ``sampler`` (engine.telemetry.TelemetrySampler or None) at 10 Hz while shown."""
+        self.sampler = sampler
+        self.live = True
+        if sampler is not None:
+            self.set_static(sampler.static_info(), sampler.availability())
+            self._timer.start()
+        else:
+            self._timer.stop()
+            self.set_static({}, {})
+
+    def stop(self) -> None:
+        self._timer.stop()
+        self._breakdown_timer.stop()
+
+    def set_origin(self, t0: float) -> None:
+        self.origin = t0
+        self._x_page = (0.0, -1.0)
+        self._last_sample = None
+
+    # -- telemetry ------------------------------------------------------------------------------------------
+    def poll(self) -> None:
+        """Copy the latest window of the sampler's buffers into the curves (skipped when hidden)."""
+        if self.sampler is None or not self.isVisible():
+            return
+        now = time.perf_counter()
+        snap = self.sampler.snapshot(since=now - WINDOW_S)
+        t = snap.get("t")
+        last = float(t[-1]) if t is not None and len(t) else None
+        if last is not None and last != self._last_sample:  # redraw only when a sample arrived
+            self._last_sample = last
+            self.show_telemetry(snap, self.origin)
+        self._page_time_axis(now - self.origin)
+        self.polls += 1
+
+    def follow(self) -> None:
+        """A run started: the time axis follows the live data again; the breakdown starts over."""
+        if not self.live:  # leaving a replayed report: back to the live sampler
+            self.clear_runs()
+            self.attach_sampler(self.sampler)
+        self._follow = True
+        self._run_first_batch = len(self._batches)
+        self._x_page = (0.0, -1.0)
+
+    def focus(self, lo: float, hi: float) -> None:
+        """Hold the time axis on [lo, hi] (a finished run) until ``follow()``; telemetry keeps updating."""
+        self._follow = False
+        pad = max(0.1, 0.1 * (hi - lo))
+        self.util.setXRange(lo - pad, hi + pad, padding=0)
+        heights = [sum(ms.values()) for t_end, _, ms in self._batches if t_end >= lo - pad]
+        if heights and max(heights) > 0:  # the stage axis fits the bars in view, not older ones
+            self._stage_top = max(heights) * 1.1
+            self.stage_plot.setYRange(0, self._stage_top, padding=0)
+
+    def _page_time_axis(self, x1: float) -> None:
+        """Move the shared time axis in pages, not every poll: a moving range re-lays out every axis."""
+        if not self._follow:
+            return
+        lo, hi = self._x_page
+        if lo <= x1 <= hi:
+            return
+        span = MIN_SPAN_S
+        while span < WINDOW_S and x1 > span - LEAD_S - PAGE_SLACK_S:
+            span *= 2
+        span = min(span, WINDOW_S)
+        lo = -LEAD_S if x1 < span - LEAD_S - PAGE_SLACK_S else x1 - (span - PAGE_STEP_S)
+        self._x_page = (lo, lo + span)
+        self.util.setXRange(lo, lo + span, padding=0)
+
+    def show_telemetry(self, snap: dict[str, np.ndarray], origin: float = 0.0) -> None:
+        """Draw a telemetry snapshot (key "t" in seconds; NaN where not available)."""
+        t = snap.get("t")
+        if t is None or len(t) == 0:
+            return
+        x = np.asarray(t, np.float64) - origin
+        g = snap.get
+        if self.gpu:
+            _set(self.c_busy, x, g("gpu_busy_pct"))
+            _set(self.c_sm, x, g("sm_active_pct"))
+            _set(self.c_tensor, x, g("tensor_active_pct"))
+            _set(self.c_bw, x, g("dram_bw_gbps") if self.dram_gbps else g("mem_busy_pct"))
+            _set(self.c_mem, x, g("mem_used_bytes"))
+            _set(self.c_smclk, x, g("sm_clock_mhz"))
+            _set(self.c_memclk, x, g("mem_clock_mhz"))
+            _set(self.c_power, x, g("power_w"))
+            self._show_reasons(x, g("clock_reasons"), g("sm_clock_mhz"))
+        else:
+            _set(self.c_cpu, x, g("cpu_pct"))
+            rss = g("process_rss_bytes")
+            _set(self.c_rss, x, rss)
+            if rss is not None and np.isfinite(rss).any():
+                self.mem.setYRange(0, float(np.nanmax(rss)) * 1.2, padding=0)
+
+    def _show_reasons(self, x: np.ndarray, reasons: np.ndarray | None, clk: np.ndarray | None) -> None:
+        if reasons is None or clk is None:
+            self.reason_dots.setData(x=[], y=[])
+            return
+        r = np.nan_to_num(reasons, nan=0).astype(np.int64)
+        hit = (r & ~BORING_CLOCK_REASONS) != 0
+        self.reason_dots.setData(x=x[hit], y=np.nan_to_num(clk[hit]))
+        last = int(r[-1]) & ~BORING_CLOCK_REASONS
+        self.reason_text.setText("limited: " + ", ".join(_decode_reasons(last)) if last else "")
+        vr = self.clock.viewRange()
+        self.reason_text.setPos(vr[0][0], vr[1][1])
+
+    # -- stages -------------------------------------------------------------------------------------------
+    def set_stages(self, stages: list[str] | tuple[str, ...]) -> None:
+        for s in stages:
+            if s not in self.stages:
+                self.stages.append(s)
+
+    def add_batch(self, t_end: float, wall_ms: float, stage_ms: dict[str, float]) -> None:
+        """One stacked bar for a batch that ended at ``t_end`` (seconds on the shared axis)."""
+        self.set_stages(list(stage_ms))
+        self._batches.append((t_end, wall_ms / 1e3, dict(stage_ms)))
+        self._draw_stage_bars()
+        if not self._breakdown_timer.isActive():  # coalesced: at most every BREAKDOWN_MS
+            self._breakdown_timer.start()
+
+    def _draw_stage_bars(self) -> None:
+        """Update one BarGraphItem per stage in place (created the first time a stage is seen)."""
+        if not self._batches:
+            for item in self._stage_bars.values():
+                self.stage_plot.removeItem(item)
+            self._stage_bars = {}
+            return
+        t_end = np.array([b[0] for b in self._batches])
+        wall = np.array([b[1] for b in self._batches])
+        min_w = max(1e-3, 0.002 * max(1.0, float(t_end.max() - (t_end - wall).min())))
+        x0 = t_end - np.maximum(wall, min_w)
+        bottom = np.zeros(len(t_end))
+        for i, s in enumerate(self.stages):
+            h = np.array([b[2].get(s, 0.0) for b in self._batches])
+            item = self._stage_bars.get(s)
+            if item is None:
+                if not h.any():
+                    continue
+                item = pg.BarGraphItem(x0=x0, x1=t_end, y0=bottom.copy(), height=h,
+                                       brush=pg.mkBrush(*stage_colour(i)), pen=None, name=s)
+                self.stage_plot.addItem(item)  # colours match the breakdown below, which names them
+                self._stage_bars[s] = item
+            else:
+                item.setOpts(x0=x0, x1=t_end, y0=bottom.copy(), height=h)
+            bottom += h
+        top = float(bottom.max()) * 1.1 or 1.0
+        if top > self._stage_top or top < 0.5 * self._stage_top:
+            self._stage_top = top
+            self.stage_plot.setYRange(0, top, padding=0)
+
+    def stage_totals(self, last_run: bool = True) -> dict[str, float]:
+        """ms per stage summed over the batches of the latest run (or of every run shown)."""
+        out: dict[str, float] = {}
+        for _, _, ms in self._batches[self._run_first_batch if last_run else 0:]:
+            for k, v in ms.items():
+                out[k] = out.get(k, 0.0) + v
+        return out
+
+    def set_breakdown(self, totals: dict[str, float], cost: dict[str, Any] | None = None) -> None:
+        """Horizontal bars of ms per stage, labelled with % of roofline where ``cost`` has it."""
+        for item in self._breakdown_items:
+            self.breakdown.removeItem(item)
+        self._breakdown_items = []
+        names = [s for s in self.stages if totals.get(s, 0) > 0] + [s for s in totals if s not in self.stages]
+        if not names:
+            return
+        ms = np.array([totals[s] for s in names])
+        y = np.arange(len(names))
+        brushes = [pg.mkBrush(*stage_colour(self.stages.index(s) if s in self.stages else i))
+                   for i, s in enumerate(names)]
+        bars = pg.BarGraphItem(x0=np.zeros(len(ms)), width=ms, y=y, height=0.7, brushes=brushes, pen=None)
+        self.breakdown.addItem(bars)
+        self._breakdown_items.append(bars)
+        total = float(ms.sum())
+        cost_stages = (cost or {}).get("stages") or {}
+        for i, s in enumerate(names):
+            label = f"{s}  {ms[i]:.1f} ms ({100 * ms[i] / total:.0f}%)"
+            c = cost_stages.get(s) or {}
+            if c.get("pct_of_roofline") is not None:
+                label += f"  roofline {c['pct_of_roofline']:.0f}%"
+                if c.get("bound"):
+                    label += f" ({c['bound']})"
+            text = pg.TextItem(label, color=(20, 20, 20), anchor=(0, 0.5))
+            text.setPos(0, i)
+            self.breakdown.addItem(text)
+            self._breakdown_items.append(text)
+        self.breakdown.setYRange(-0.6, len(names) - 0.4, padding=0)
+        self.breakdown.setXRange(0, float(ms.max()) * 1.05, padding=0)
+        self._fit_height(len(names))
+
+    def _fit_height(self, stages: int) -> None:
+        """Give the breakdown room for one readable row per stage; the panel scrolls when short."""
+        self.breakdown.setMinimumHeight(BREAKDOWN_ROW_PX * max(stages, 2) + BREAKDOWN_EXTRA_PX)
+        shown = sum(p.isVisible() for p in (self.util, self.bw, self.mem, self.clock, self.power))
+        self.glw.setMinimumHeight(shown * TIME_PLOT_MIN_PX + STAGE_PLOT_MIN_PX + int(self.breakdown.minimumHeight())
+                                  + 20)
+
+    def _draw_breakdown(self) -> None:
+        self.set_breakdown(self.stage_totals())
+
+    # -- config markers -------------------------------------------------------------------------------------
+    def mark(self, t: float, label: str) -> None:
+        """A vertical labelled line at ``t`` on every time plot (a config change)."""
+        self._markers.append((t, label))
+        for i, p in enumerate((self.util, self.bw, self.mem, self.clock, self.power, self.stage_plot)):
+            line = pg.InfiniteLine(pos=t, angle=90, pen=MARKER_PEN,
+                                   label=label if i in (0, 5) else None,
+                                   labelOpts={"position": 0.85, "color": (160, 110, 0), "rotateAxis": (1, 0)})
+            p.addItem(line, ignoreBounds=True)
+            self._marker_items.append(line)
+
+    @property
+    def markers(self) -> list[tuple[float, str]]:
+        return list(self._markers)
+
+    def clear_runs(self) -> None:
+        """Forget batches and markers (a new video)."""
+        for item in self._marker_items:
+            item.getViewBox() and item.getViewBox().removeItem(item)
+        self._marker_items = []
+        self._markers = []
+        self._batches = []
+        self._run_first_batch = 0
+        self.stages = []
+        self._stage_top = 0.0
+        self._breakdown_timer.stop()
+        self._draw_stage_bars()
+        self.set_breakdown({})
+
+    # -- replay -------------------------------------------------------------------------------------------------
+    def show_report(self, report: dict[str, Any]) -> None:
+        """Replay a report: its telemetry series, its batches as stage bars, its cost breakdown.
+
+        Live polling pauses (the sampler is kept) until the next run starts (``follow``).
+        """
+        self._timer.stop()
+        self.live = False
+        self._follow = False
+        self.clear_runs()
+        self.set_stages(report.get("stages") or [])
+        tel = report.get("telemetry") or None
+        if tel:
+            self.set_static(tel.get("static") or {}, tel.get("availability") or {})
+            snap = {"t": np.asarray(tel.get("t") or [], np.float64)}
+            for k, v in (tel.get("metrics") or {}).items():
+                arr = np.asarray([np.nan if x is None else x for x in v], np.float64)
+                if arr.ndim == 1 and len(arr) == len(snap["t"]):
+                    snap[k] = arr
+            self.show_telemetry(snap, 0.0)
+        else:
+            self.set_static({}, {"gpu_busy_pct": "the report has no telemetry"})
+        offset = 0.0
+        previous: dict | None = None
+        for run in report.get("runs") or []:
+            start = float(run.get("start_s", offset))
+            for b in run.get("batches") or []:
+                t_end, wall_s = start + float(b.get("t", 0.0)), float(b.get("wall_ms", 0.0)) / 1e3
+                self._batches.append((t_end, wall_s, dict(b.get("stage_ms") or {})))
+                cfg = b.get("config")
+                if cfg and previous is not None and cfg != previous:  # a live toggle during the recorded run
+                    self.mark(t_end - wall_s, RunConfig.from_dict(cfg).label())
+                previous = cfg or previous
+            offset = start + float(run.get("wall_ms", 0.0)) / 1e3
+        self._draw_stage_bars()
+        from engine.report import stage_ms
+
+        self.set_breakdown(stage_ms(report) or self.stage_totals(last_run=False), report.get("cost"))
+        self.breakdown.setTitle("Per-stage breakdown of a typical run (ms)" if stage_ms(report) else
+                                "Per-stage breakdown, all runs (ms)")
+        xs = [b[0] for b in self._batches] + list(np.asarray((tel or {}).get("t") or [0.0]))
+        self.util.setXRange(min(0.0, min(xs)), max(xs) or 1.0, padding=0.02)

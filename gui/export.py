@@ -1,0 +1,80 @@
+"""Saving what the window shows: tracks, the run report, the overlaid video, PNG screenshots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+from PySide6.QtWidgets import QWidget
+
+from engine.errors import UserError
+from engine.report import save_report
+from engine.trackio import save_tracks
+from engine.video import write_video
+
+from .model import RunData
+from .video_view import DEFAULT_TRAIL, PALETTE
+
+POINT_RADIUS = 3
+TRAIL_THICKNESS = 1
+QUERY_SIZE = 5
+
+
+def export_tracks(path: str | Path, run: RunData) -> Path:
+    """Tracks as NPZ, or CSV when the name ends in .csv."""
+    path = Path(path)
+    save_tracks(path, run.tracks, run.visible, run.queries)
+    return path
+
+
+def export_report(path: str | Path, report: dict[str, Any]) -> Path:
+    return Path(save_report(path, report))
+
+
+def draw_overlay(frames: np.ndarray, run: RunData, trail: int = DEFAULT_TRAIL) -> np.ndarray:
+    """Frames with points, trails and query markers drawn on them. uint8 [T, H, W, 3] RGB."""
+    out = np.ascontiguousarray(frames.copy())
+    tracks, visible = run.tracks, run.visible  # [N, T, 2], [N, T]
+    num_frames = min(len(out), tracks.shape[1])
+    colours = [PALETTE[i % len(PALETTE)] for i in range(len(tracks))]
+    for t in range(num_frames):
+        img = out[t]
+        t0 = max(0, t - trail)
+        for i in range(len(tracks)):
+            seg = tracks[i, t0:t + 1]
+            ok = np.isfinite(seg).all(axis=1)
+            if ok.sum() >= 2:
+                pts = np.round(seg[ok]).astype(np.int32).reshape(-1, 1, 2)
+                cv2.polylines(img, [pts], False, colours[i], TRAIL_THICKNESS, cv2.LINE_AA)
+            x, y = tracks[i, t]
+            if np.isfinite(x) and np.isfinite(y):
+                c = (int(round(x)), int(round(y)))
+                if visible[i, t]:
+                    cv2.circle(img, c, POINT_RADIUS, colours[i], -1, cv2.LINE_AA)
+                else:
+                    cv2.circle(img, c, POINT_RADIUS, colours[i], 1, cv2.LINE_AA)
+        for q in run.queries[np.round(run.queries[:, 0]) == t]:
+            cv2.drawMarker(img, (int(round(q[1])), int(round(q[2]))), (255, 255, 255), cv2.MARKER_CROSS,
+                           QUERY_SIZE * 2, 1)
+    return out
+
+
+def export_video(path: str | Path, frames: np.ndarray, run: RunData, fps: float, trail: int = DEFAULT_TRAIL) -> Path:
+    """The video with tracks drawn on it, written by engine.video.write_video (even sizes padded)."""
+    path = Path(path)
+    out = draw_overlay(frames, run, trail)
+    h, w = out.shape[1:3]
+    if h % 2 or w % 2:  # mp4v needs even sizes: pad one black row/column
+        out = np.pad(out, ((0, 0), (0, h % 2), (0, w % 2), (0, 0)))
+    write_video(path, out, fps)
+    return path
+
+
+def export_png(path: str | Path, widget: QWidget) -> Path:
+    """A screenshot of ``widget`` (the window or one chart)."""
+    path = Path(path)
+    if not widget.grab().save(str(path), "PNG"):
+        raise UserError(f"{path}: could not write the PNG", "check the folder exists and is writable")
+    return path

@@ -1,0 +1,157 @@
+"""Run configuration controls: tracker, device, precision, points and frames per batch.
+
+Precision modes the device cannot run are listed but disabled, with the gate's reason as tooltip;
+modes that run but not natively (TF32 on the CPU) stay enabled with the reason shown. Every change
+emits ``config_changed`` with just the changed fields, which a running session applies from its
+next batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QStandardItemModel
+from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QSpinBox, QWidget
+
+from engine.config import PRECISIONS, RunConfig
+from engine.precision import gate
+from engine.trackers import available_trackers
+
+MAX_POINTS_PER_BATCH = 65536
+MAX_FRAMES_PER_BATCH = 4096
+
+
+def device_choices() -> list[str]:
+    """auto, cpu, and each CUDA device torch sees."""
+    out = ["auto", "cpu"]
+    if torch.cuda.is_available():
+        out += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    return out
+
+
+def _resolved(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+class TogglesPanel(QWidget):
+    """Form of run settings; ``config()`` reads it, ``config_changed`` reports edits."""
+
+    config_changed = Signal(dict)
+
+    def __init__(self, config: RunConfig | None = None, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.tracker = QComboBox()
+        self.tracker.setEditable(True)  # module:factory plugins can be typed in
+        self.tracker.setToolTip("Tracker: a built-in, an installed plugin, or module:factory")
+        for name in available_trackers():
+            self.tracker.addItem(name)
+        self.device = QComboBox()
+        for name in device_choices():
+            self.device.addItem(name)
+        self.precision = QComboBox()
+        for mode in PRECISIONS:
+            self.precision.addItem(mode)
+        self.points = QSpinBox()
+        self.points.setRange(1, MAX_POINTS_PER_BATCH)
+        self.points.setToolTip("Query points tracked per batch (memory grows with it)")
+        self.frames = QSpinBox()
+        self.frames.setRange(1, MAX_FRAMES_PER_BATCH)
+        self.frames.setToolTip("Frames processed per chunk inside the tracker")
+        self.gate_note = QLabel("")
+        self.gate_note.setWordWrap(True)
+        self.gate_note.setStyleSheet("color: #b8860b;")
+
+        form = QFormLayout(self)
+        form.addRow("Tracker", self.tracker)
+        form.addRow("Device", self.device)
+        form.addRow("Precision", self.precision)
+        form.addRow("Points / batch", self.points)
+        form.addRow("Frames / batch", self.frames)
+        form.addRow(self.gate_note)
+
+        self._current = RunConfig()
+        self.set_config(config or RunConfig())
+        self.tracker.currentTextChanged.connect(lambda v: self._changed("tracker", v.strip()))
+        self.device.currentTextChanged.connect(self._device_changed)
+        self.precision.currentTextChanged.connect(lambda v: self._changed("precision", v))
+        self.points.valueChanged.connect(lambda v: self._changed("points_per_batch", int(v)))
+        self.frames.valueChanged.connect(lambda v: self._changed("frames_per_batch", int(v)))
+
+    def config(self) -> RunConfig:
+        return self._current
+
+    def set_config(self, config: RunConfig) -> None:
+        """Show ``config`` without emitting ``config_changed``."""
+        widgets = (self.tracker, self.device, self.precision, self.points, self.frames)
+        for w in widgets:
+            w.blockSignals(True)
+        try:
+            if self.tracker.findText(config.tracker) < 0:
+                self.tracker.addItem(config.tracker)
+            self.tracker.setCurrentText(config.tracker)
+            if self.device.findText(config.device) < 0:
+                self.device.addItem(config.device)
+            self.device.setCurrentText(config.device)
+            self.points.setValue(config.points_per_batch)
+            self.frames.setValue(config.frames_per_batch)
+            self._current = config
+            self._update_gates(config.device)
+            self.precision.setCurrentText(config.precision)
+            self._current = config
+            self._show_gate_note()
+        finally:
+            for w in widgets:
+                w.blockSignals(False)
+
+    def _device_changed(self, device: str) -> None:
+        self._update_gates(device)
+        self._changed("device", device)
+
+    def _update_gates(self, device: str) -> None:
+        """Disable precision modes that cannot run on ``device``; reasons become tooltips."""
+        try:
+            dev = _resolved(device)
+        except RuntimeError:
+            return
+        model = self.precision.model()
+        assert isinstance(model, QStandardItemModel)
+        for i, mode in enumerate(PRECISIONS):
+            g = gate(mode, dev)
+            item = model.item(i)
+            item.setEnabled(g.runnable)
+            item.setToolTip(g.reason or f"{mode} runs natively on {dev}")
+            item.setData(g.reason, Qt.ItemDataRole.UserRole)
+        current = self.precision.currentIndex()
+        if current >= 0 and not model.item(current).isEnabled():
+            self.precision.setCurrentText("fp32")  # emits precision change when signals are live
+
+    def gate_reason(self, mode: str) -> str:
+        i = self.precision.findText(mode)
+        return "" if i < 0 else str(self.precision.itemData(i, Qt.ItemDataRole.UserRole) or "")
+
+    def is_enabled(self, mode: str) -> bool:
+        model = self.precision.model()
+        i = self.precision.findText(mode)
+        return i >= 0 and model.item(i).isEnabled()
+
+    def _show_gate_note(self) -> None:
+        reason = self.gate_reason(self._current.precision)
+        self.gate_note.setText(reason)
+        self.gate_note.setVisible(bool(reason))
+
+    def _changed(self, key: str, value: Any) -> None:
+        if not value and key == "tracker":
+            return
+        try:
+            new = self._current.with_changes(**{key: value})
+        except ValueError:
+            return
+        if new == self._current:
+            return
+        self._current = new
+        self._show_gate_note()
+        self.config_changed.emit({key: value})

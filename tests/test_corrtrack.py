@@ -1,0 +1,203 @@
+"""CorrTrack: sampling maths against grid_sample, coordinates, the tracker on CPU, weights checks, losses."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine.config import RunConfig
+from engine.errors import TrackerError
+from engine.session import Failed, Finished, Session
+from engine.stages import BUILTIN_STAGES
+from engine.trackers.corrtrack import CorrTrackNet, CorrTrackTracker
+from engine.trackers.corrtrack.losses import match_loss, track_losses
+from engine.trackers.corrtrack.model import CorrTrackConfig, local_windows, sample_points
+from engine.trackers.corrtrack.tracker import from_model_xy, to_model_xy
+from engine.trackers.corrtrack.weights import DEFAULT_WEIGHTS, load_model, manifest_path, save_model, sha256_file
+
+MAX_WEIGHTS_BYTES = 20 * 2**20
+TINY = CorrTrackConfig(feature_dim=8, widths=(8, 8, 8), hidden_dim=16, mixer_dilations=(1, 2), num_iters=2)
+
+
+def _grid_sample_points(maps: torch.Tensor, xy: torch.Tensor) -> torch.Tensor:
+    """Reference: maps [M, C, s, s], xy [M, K, 2] cells -> [M, K, C] (zeros outside, align_corners)."""
+    s = maps.shape[-1]
+    grid = (2 * xy / (s - 1) - 1).unsqueeze(1)  # [M, 1, K, 2]
+    out = F.grid_sample(maps, grid, mode="bilinear", padding_mode="zeros", align_corners=True)
+    return out[:, :, 0].permute(0, 2, 1)
+
+
+def test_local_windows_match_grid_sample() -> None:
+    gen = torch.Generator().manual_seed(1)
+    m, s, r = 50, 9, 2
+    vol = torch.randn(m, s * s, generator=gen)
+    centre = torch.rand(m, 2, generator=gen) * (s + 6) - 3  # some windows hang over the edge
+    got = local_windows(vol, s, centre, r).view(m, 2 * r + 1, 2 * r + 1)
+    offs = torch.arange(-r, r + 1, dtype=torch.float32)
+    oy, ox = torch.meshgrid(offs, offs, indexing="ij")
+    xy = centre[:, None, :] + torch.stack([ox.reshape(-1), oy.reshape(-1)], dim=1)[None]
+    ref = _grid_sample_points(vol.view(m, 1, s, s), xy)[..., 0].view(m, 2 * r + 1, 2 * r + 1)
+    assert torch.allclose(got, ref, atol=1e-5)
+
+
+def test_sample_points_match_grid_sample() -> None:
+    gen = torch.Generator().manual_seed(2)
+    b, t, s, c, n = 2, 3, 7, 5, 11
+    feats = torch.randn(b, t, s * s, c, generator=gen)
+    frame = torch.randint(0, t, (b, n), generator=gen)
+    xy = torch.rand(b, n, 2, generator=gen) * (s + 2) - 1
+    got = sample_points(feats, s, frame, xy)
+    maps = feats.view(b, t, s, s, c).permute(0, 1, 4, 2, 3)  # [B, T, C, s, s]
+    picked = maps[torch.arange(b)[:, None], frame]  # [B, N, C, s, s]
+    ref = _grid_sample_points(picked.reshape(b * n, c, s, s), xy.reshape(b * n, 1, 2))[:, 0].view(b, n, c)
+    assert torch.allclose(got, ref, atol=1e-5)
+
+
+def test_coordinates_round_trip_and_keep_pixel_edges() -> None:
+    xy = torch.tensor([[-0.5, -0.5], [639.5, 359.5], [10.0, 20.0]])
+    model_xy = to_model_xy(xy, 640, 360)
+    assert torch.allclose(model_xy[0], torch.tensor([-0.5, -0.5]))
+    assert torch.allclose(model_xy[1], torch.tensor([255.5, 255.5]))
+    assert torch.allclose(from_model_xy(model_xy, 640, 360), xy, atol=1e-4)
+
+
+def _run(tracker: CorrTrackTracker, frames: np.ndarray, queries: np.ndarray, precision: str = "fp32"):
+    config = RunConfig(tracker="corrtrack", device="cpu", precision=precision, points_per_batch=3, frames_per_batch=2)
+    return Session(frames, queries, config, tracker=tracker).run()
+
+
+def test_tracker_any_size_all_frames_cpu_fp32_and_bf16() -> None:
+    torch.manual_seed(0)
+    tracker = CorrTrackTracker(model=CorrTrackNet(TINY))
+    frames = np.random.default_rng(0).integers(0, 256, (5, 30, 40, 3), dtype=np.uint8)
+    queries = np.array([[0, 3.0, 4.0], [2, 39.0, 29.0], [4, 20.5, 10.25], [1, 0.0, 0.0]], np.float32)
+    for precision in ("fp32", "bf16"):
+        end = _run(tracker, frames, queries, precision)
+        assert isinstance(end, Finished), getattr(end, "message", end)
+        assert end.tracks.shape == (4, 5, 2) and np.isfinite(end.tracks).all()
+        rows = np.arange(4)
+        t = queries[:, 0].astype(int)
+        np.testing.assert_allclose(end.tracks[rows, t], queries[:, 1:], atol=1e-5)
+        assert end.visible[rows, t].all()
+    assert tuple(tracker.stages) == BUILTIN_STAGES
+
+
+def test_fp16_on_cpu_is_refused_with_a_reason() -> None:
+    tracker = CorrTrackTracker(model=CorrTrackNet(TINY))
+    frames = np.zeros((2, 16, 16, 3), np.uint8)
+    end = _run(tracker, frames, np.array([[0, 1.0, 1.0]], np.float32), "fp16")
+    assert isinstance(end, Failed) and "fp16" in end.message
+
+
+def _shifting_texture(num_frames: int, shift: float) -> np.ndarray:
+    """A smooth random texture moving right by ``shift`` px per frame: uint8 [T, 256, 256, 3]."""
+    rng = np.random.default_rng(5)
+    big = rng.random((96, 96, 3)).astype(np.float32)
+    import cv2
+
+    big = cv2.resize(big, (512, 512), interpolation=cv2.INTER_CUBIC)
+    frames = []
+    for t in range(num_frames):
+        m = np.float32([[1, 0, -64 + shift * t], [0, 1, -64]])
+        frames.append(cv2.warpAffine(big, m, (256, 256), flags=cv2.INTER_LINEAR))
+    return (np.clip(np.stack(frames), 0, 1) * 255).astype(np.uint8)
+
+
+@pytest.mark.skipif(not DEFAULT_WEIGHTS.is_file(), reason="no shipped weights")
+def test_shipped_weights_track_a_moving_texture() -> None:
+    frames = _shifting_texture(6, 3.0)
+    rng = np.random.default_rng(1)
+    queries = np.concatenate([np.zeros((12, 1)), rng.uniform(60, 180, (12, 2))], axis=1).astype(np.float32)
+    end = _run(CorrTrackTracker(), frames, queries)
+    assert isinstance(end, Finished)
+    expected = queries[:, None, 1:] + np.stack([3.0 * np.arange(6), np.zeros(6)], axis=1)[None]
+    err = np.linalg.norm(end.tracks - expected, axis=-1)
+    assert np.median(err) < 2.0, np.median(err)  # 1.14 px with the weights of 2026-11-30
+    assert end.visible.mean() > 0.9
+
+
+@pytest.mark.skipif(not DEFAULT_WEIGHTS.is_file(), reason="no shipped weights")
+def test_shipped_manifest_matches_the_file() -> None:
+    manifest = json.loads(manifest_path(DEFAULT_WEIGHTS).read_text())
+    assert manifest["sha256"] == sha256_file(DEFAULT_WEIGHTS)
+    assert DEFAULT_WEIGHTS.stat().st_size < MAX_WEIGHTS_BYTES
+    model, _ = load_model()
+    assert sum(p.numel() for p in model.parameters()) == manifest["parameters"]
+    for key in ("aj", "delta_avg", "oa"):
+        assert 0.0 <= manifest["validation"][key] <= 1.0
+    assert manifest["training"]["command"].startswith("trackscope train")
+
+
+def test_weights_round_trip_and_clear_errors(tmp_path) -> None:
+    torch.manual_seed(3)
+    model = CorrTrackNet(TINY)
+    path = tmp_path / "w.safetensors"
+    save_model(model, path, {"note": "test"})
+    loaded, manifest = load_model(path)
+    for (name, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert manifest["note"] == "test"
+
+    with pytest.raises(TrackerError, match="missing"):
+        load_model(tmp_path / "nope.safetensors")
+    corrupt = tmp_path / "c.safetensors"
+    shutil.copy(path, corrupt)
+    shutil.copy(manifest_path(path), manifest_path(corrupt))
+    data = bytearray(corrupt.read_bytes())
+    data[-5] ^= 0xFF
+    corrupt.write_bytes(bytes(data))
+    with pytest.raises(TrackerError, match="corrupt"):
+        load_model(corrupt)
+    truncated = tmp_path / "t.safetensors"
+    truncated.write_bytes(path.read_bytes()[:100])
+    meta = json.loads(manifest_path(path).read_text())
+    manifest_path(truncated).write_text(json.dumps({**meta, "sha256": sha256_file(truncated)}))
+    with pytest.raises(TrackerError, match="safetensors"):
+        load_model(truncated)
+    wrong = tmp_path / "x.safetensors"
+    shutil.copy(path, wrong)
+    manifest_path(wrong).write_text(json.dumps({**meta, "config": {**meta["config"], "hidden_dim": 32}}))
+    with pytest.raises(TrackerError, match="do not fit|shape"):
+        load_model(wrong)
+    no_manifest = tmp_path / "m.safetensors"
+    shutil.copy(path, no_manifest)
+    with pytest.raises(TrackerError, match="manifest"):
+        load_model(no_manifest)
+
+
+def test_match_loss_prefers_the_true_cell() -> None:
+    s = 8
+    gt = torch.tensor([[[[43.5, 20.0]]]])  # [1, 1, 1, 2] model pixels -> cell (5, ~2) at stride 8
+    visible = torch.ones(1, 1, 1, dtype=torch.bool)
+    flat = torch.zeros(1, 1, 1, s, s)
+    right = flat.clone()
+    right[..., 2, 5] = 10.0
+    wrong = flat.clone()
+    wrong[..., 6, 1] = 10.0
+    assert match_loss(right, gt, visible) < match_loss(flat, gt, visible) < match_loss(wrong, gt, visible)
+
+
+def test_training_step_lowers_the_loss() -> None:
+    torch.manual_seed(4)
+    model = CorrTrackNet(TINY)
+    video = torch.from_numpy(_shifting_texture(2, 4.0)).unsqueeze(0)  # [1, 2, 256, 256, 3]
+    xy = torch.rand(1, 6, 2) * 120 + 60
+    queries = torch.cat([torch.zeros(1, 6, 1), xy], dim=-1)
+    tracks = xy[:, :, None, :] + torch.tensor([[4.0, 0.0]]) * torch.arange(2.0)[:, None]
+    visible = torch.ones(1, 6, 2, dtype=torch.bool)
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    losses = []
+    for _ in range(4):
+        outputs, match_logits = model(video, queries)
+        terms = track_losses(outputs, match_logits, tracks, visible)
+        opt.zero_grad()
+        terms.total.backward()
+        opt.step()
+        losses.append(terms.total.item())
+    assert np.isfinite(losses).all()
+    assert losses[-1] < losses[0]

@@ -1,0 +1,300 @@
+"""GUI pieces on their own: settings, toggles, charts, video view, export, drag and drop, A/B, loop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pytestqt")
+from PySide6.QtCore import (  # noqa: E402
+    QMimeData,
+    QPointF,
+    QSettings,
+    Qt,  # noqa: E402
+    QUrl,
+)
+from PySide6.QtGui import QDropEvent  # noqa: E402
+
+from engine.config import RunConfig  # noqa: E402
+from engine.report import load_report  # noqa: E402
+from engine.trackio import load_tracks  # noqa: E402
+from engine.video import open_video, write_video  # noqa: E402
+from gui import export  # noqa: E402
+from gui.charts import ChartsPanel  # noqa: E402
+from gui.main_window import MainWindow  # noqa: E402
+from gui.model import RunData  # noqa: E402
+from gui.settings import Settings  # noqa: E402
+from gui.toggles import TogglesPanel  # noqa: E402
+from gui.video_view import VideoView  # noqa: E402
+from tests.helpers import moving_square_video  # noqa: E402
+
+RUN_TIMEOUT_MS = 20_000
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return Settings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
+
+
+def _run_data(n: int = 5, t: int = 8) -> RunData:
+    rng = np.random.default_rng(1)
+    tracks = rng.uniform(2, 30, (n, t, 2)).astype(np.float32)
+    visible = rng.random((n, t)) > 0.3
+    queries = np.concatenate([np.zeros((n, 1)), tracks[:, 0]], axis=1)
+    return RunData("lk fp32 p4 f16", RunConfig(tracker="lk").to_dict(), queries, tracks, visible)
+
+
+class FakeGpuSampler:
+    """Stands in for TelemetrySampler on an H200-like GPU with GPM (the GUI only reads these calls)."""
+
+    def __init__(self, gpm: bool):
+        self.gpm = gpm
+
+    def static_info(self):
+        return {"name": "NVIDIA H200", "memory_total_bytes": 141e9, "max_sm_clock_mhz": 1980,
+                "max_mem_clock_mhz": 2619, "power_limit_w": 700.0, "peak_bandwidth_gbps": 4800.0,
+                "gpm_supported": self.gpm}
+
+    def availability(self):
+        gpm_reason = "" if self.gpm else "not supported on this GPU"
+        return {"gpu_busy_pct": "", "mem_busy_pct": "", "sm_active_pct": gpm_reason, "dram_bw_gbps": gpm_reason,
+                "tensor_active_pct": gpm_reason}
+
+    def snapshot(self, since=None):
+        t = np.linspace(0, 2, 21)
+        nan = np.full_like(t, np.nan)
+        return {"t": t, "gpu_busy_pct": np.full_like(t, 90.0),
+                "sm_active_pct": np.full_like(t, 40.0) if self.gpm else nan,
+                "dram_bw_gbps": np.full_like(t, 3000.0) if self.gpm else nan, "mem_busy_pct": np.full_like(t, 55.0),
+                "mem_used_bytes": np.full_like(t, 20e9), "sm_clock_mhz": np.full_like(t, 1980.0),
+                "mem_clock_mhz": np.full_like(t, 2619.0), "power_w": np.full_like(t, 650.0),
+                "clock_reasons": np.where(t > 1, 4.0, 0.0)}
+
+
+def test_settings_persist_recent_config_and_layout(qtbot, settings, tmp_path):
+    for name in ("a.mp4", "b.mp4", "a.mp4"):
+        settings.add_recent(tmp_path / name)
+    assert [Path(f).name for f in settings.recent_files()] == ["a.mp4", "b.mp4"]
+    w = MainWindow(settings=settings, sampler=None, config=RunConfig(tracker="lk", precision="bf16"))
+    qtbot.addWidget(w)
+    w.show()
+    w.charts_dock.hide()
+    w.toggles.points.setValue(33)
+    w.close()
+    assert settings.config().points_per_batch == 33 and settings.config().precision == "bf16"
+    w2 = MainWindow(settings=settings, sampler=None)
+    qtbot.addWidget(w2)
+    assert w2.toggles.config().points_per_batch == 33
+    w2.show()
+    assert settings.geometry() is not None
+    assert w2.charts_dock.isHidden() and not w2.run_dock.isHidden()  # the layout came back
+    w2.close()
+
+
+def test_toggles_gate_precisions_on_cpu(qtbot):
+    panel = TogglesPanel(RunConfig(tracker="lk", device="cpu"))
+    qtbot.addWidget(panel)
+    assert not panel.is_enabled("fp16") and "fp16 on the CPU" in panel.gate_reason("fp16")
+    assert panel.precision.model().item(panel.precision.findText("fp16")).toolTip() == panel.gate_reason("fp16")
+    assert panel.is_enabled("tf32") and "IEEE fp32" in panel.gate_reason("tf32")
+    changes = []
+    panel.config_changed.connect(changes.append)
+    panel.precision.setCurrentText("tf32")
+    panel.frames.setValue(4)
+    assert changes == [{"precision": "tf32"}, {"frames_per_batch": 4}]
+    assert panel.gate_note.isVisibleTo(panel)  # tf32 on CPU says it runs as fp32
+    assert panel.config() == RunConfig(tracker="lk", device="cpu", precision="tf32", frames_per_batch=4)
+
+
+def test_charts_label_cpu_only_plainly(qtbot, monkeypatch):
+    monkeypatch.setenv("TRACKSCOPE_NO_NVML", "1")
+    from engine.telemetry import TelemetrySampler
+
+    charts = ChartsPanel()
+    qtbot.addWidget(charts)
+    charts.show()
+    sampler = TelemetrySampler(rate_hz=50)
+    sampler.start()
+    try:
+        charts.attach_sampler(sampler)
+        qtbot.waitUntil(lambda: charts.polls >= 2, timeout=3000)
+    finally:
+        charts.stop()
+        sampler.stop()
+    assert not charts.gpu and "CPU" in charts.mode_label.text()
+    assert charts.c_cpu.isVisible() and not charts.c_busy.isVisible() and not charts.bw.isVisible()
+    assert len(charts.c_cpu.getData()[0]) >= 1
+
+
+@pytest.mark.parametrize("gpm", [True, False])
+def test_charts_gpu_bandwidth_label(qtbot, gpm):
+    charts = ChartsPanel()
+    qtbot.addWidget(charts)
+    charts.show()
+    sampler = FakeGpuSampler(gpm)
+    charts.attach_sampler(sampler)
+    charts.stop()
+    charts.show_telemetry(sampler.snapshot(), 0.0)
+    title = charts.bw.titleLabel.text
+    if gpm:
+        assert "DRAM" in title and charts.c_sm.isVisible()
+        assert charts.bw_peak.value() == pytest.approx(4800.0)
+        assert np.nanmax(charts.c_bw.getData()[1]) == pytest.approx(3000.0)
+    else:
+        assert "Memory-controller busy %" in title and not charts.c_sm.isVisible()
+        assert np.nanmax(charts.c_bw.getData()[1]) == pytest.approx(55.0)
+    assert charts.mem_cap.value() == pytest.approx(141e9)
+    assert len(charts.reason_dots.getData()[0]) == 10 and "power" in charts.reason_text.textItem.toPlainText().lower()
+
+
+def test_charts_stage_bars_and_markers(qtbot):
+    charts = ChartsPanel()
+    qtbot.addWidget(charts)
+    charts.set_stages(["backbone", "refine"])
+    charts.add_batch(0.1, 100.0, {"backbone": 60.0, "refine": 30.0})
+    charts.mark(0.1, "corrtrack bf16 p256 f16")
+    charts.add_batch(0.2, 50.0, {"backbone": 20.0, "refine": 25.0})
+    assert charts.stage_totals() == {"backbone": 80.0, "refine": 55.0}
+    assert len(charts._stage_bars) == 2 and charts.markers == [(0.1, "corrtrack bf16 p256 f16")]
+    charts.set_breakdown(charts.stage_totals(), {"stages": {"backbone": {"pct_of_roofline": 41.0, "bound": "memory"}}})
+    texts = [i.textItem.toPlainText() for i in charts._breakdown_items[1:]]
+    assert any("roofline 41%" in t and "memory" in t for t in texts)
+    charts.clear_runs()
+    assert charts.markers == [] and charts.stage_totals() == {}
+
+
+def test_video_view_draws_1000_points_with_trails(qtbot):
+    view = VideoView()
+    qtbot.addWidget(view)
+    n, t = 1000, 20
+    view.set_video(np.zeros((t, 64, 64, 3), np.uint8), fps=30)
+    rng = np.random.default_rng(0)
+    tracks = rng.uniform(0, 63, (n, t, 2)).astype(np.float32)
+    visible = np.ones((n, t), bool)
+    visible[::4, 12] = False
+    view.set_tracks(tracks, visible)
+    view.set_frame(12)
+    assert view.points.count == n and view.points.occluded_count == 250
+    assert not view.grab().isNull()  # paints without error
+    # one segment per point and trail step, except into an occluded position (250 points at frame 12)
+    assert view.trails.count == n * view.trail - 250
+    tracks[5, 9] = np.nan  # a gap in one track: its two segments around frame 9 are not drawn
+    view.set_tracks(tracks, visible)
+    assert view.trails.count == n * view.trail - 250 - 2
+    added = []
+    view.query_added.connect(lambda *a: added.append(a))
+    view.add_query_at(QPointF(10.0, 20.0))
+    view.add_query_at(QPointF(100.0, 20.0))  # outside the frame: ignored
+    assert added == [(12.0, 10.0, 20.0)]
+
+
+def test_export_tracks_report_video_png(qtbot, tmp_path, settings):
+    run = _run_data()
+    export.export_tracks(tmp_path / "t.npz", run)
+    np.testing.assert_allclose(load_tracks(tmp_path / "t.npz")["tracks"], run.tracks)
+    export.export_tracks(tmp_path / "t.csv", run)
+    assert (tmp_path / "t.csv").read_text().count("\n") == 1 + run.num_points * run.num_frames
+    frames = moving_square_video(8, 33)  # odd size: padded to even for mp4v
+    export.export_video(tmp_path / "o.mp4", frames, run, fps=10)
+    with open_video(tmp_path / "o.mp4") as reader:
+        out = reader.read()
+    assert out.shape[:3] == (8, 34, 34)
+    overlay = export.draw_overlay(frames, run)
+    assert (overlay != frames).any() and overlay.shape == frames.shape
+    w = MainWindow(settings=settings, sampler=None)
+    qtbot.addWidget(w)
+    assert export.export_png(tmp_path / "w.png", w).stat().st_size > 0
+    w.close()
+
+
+def test_drop_video_opens_it(qtbot, settings, tmp_path):
+    path = tmp_path / "dropped.mp4"
+    write_video(path, moving_square_video(5, 32), fps=10)
+    w = MainWindow(settings=settings, sampler=None)
+    qtbot.addWidget(w)
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(path))])
+    event = QDropEvent(QPointF(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                       Qt.KeyboardModifier.NoModifier)
+    w.dropEvent(event)
+    assert w.video_path == str(path) and w.frames.shape[0] == 5
+    w.close()
+
+
+def test_sample_two_runs_fill_ab_tradeoff_and_accuracy(qtbot, settings):
+    from gui.app import sample_video_path
+
+    sample = sample_video_path()
+    if sample is None:
+        pytest.skip("resources/sample.mp4 not built yet")
+    w = MainWindow(settings=settings, sampler=None, config=RunConfig(tracker="lk", points_per_batch=40))
+    qtbot.addWidget(w)
+    assert w.load_path(sample)
+    w.set_queries(w.queries[:8])  # fewer points: fast, and the ground truth no longer fits them
+    w.load_path(sample.with_suffix(".queries.csv"))  # back to the sidecar queries: it fits again
+    assert w.matching_ground_truth() is not None
+    with qtbot.waitSignal(w.run_finished, timeout=RUN_TIMEOUT_MS):
+        w.start_run()
+    qtbot.waitUntil(lambda: not w.controller.running, timeout=5000)
+    assert w.report["accuracy"] is not None and w.report["accuracy"]["vs"] == "ground truth"
+    w.toggles.points.setValue(80)
+    with qtbot.waitSignal(w.run_finished, timeout=RUN_TIMEOUT_MS):
+        w.start_run()
+    qtbot.waitUntil(lambda: not w.controller.running, timeout=5000)
+    assert len(w.history) == 2
+    if w.ab_view is not None:
+        assert w.ab_view.run_a is w.history[0] and w.ab_view.run_b is w.history[1]
+    if w.tradeoff is not None:
+        assert len(w.tradeoff.rows) == 2
+    w.close()
+
+
+def test_loop_reruns_until_stopped(qtbot, settings):
+    w = MainWindow(settings=settings, sampler=None, config=RunConfig(tracker="lk", points_per_batch=8))
+    qtbot.addWidget(w)
+    w.set_video(moving_square_video(6, 32), fps=10)
+    w.set_grid(3)
+    starts = []
+    w.controller.started_run.connect(starts.append)
+    w.loop_box.setChecked(True)
+    w.start_run()
+    qtbot.waitUntil(lambda: len(starts) >= 3, timeout=RUN_TIMEOUT_MS)
+    w.stop_run()
+    qtbot.waitUntil(lambda: not w.controller.running, timeout=5000)
+    assert w.current.complete
+    w.close()
+
+
+@pytest.mark.parametrize("path", sorted(DATA.glob("*.json")) if DATA.is_dir() else [], ids=lambda p: p.name)
+def test_replay_committed_reports(qtbot, settings, path):
+    """Reports recorded on the GPU machine (tests/data/*.json) replay: tracks, stage bars, telemetry."""
+    report = load_report(path) if "bench" not in path.name else None
+    w = MainWindow(settings=settings, sampler=None)
+    qtbot.addWidget(w)
+    assert w.load_path(path), w.banner.message
+    assert w.charts._batches or (report and not report["runs"])
+    if report is not None and report.get("telemetry"):
+        assert w.charts.gpu == bool(report["telemetry"]["availability"].get("gpu_busy_pct") == "")
+    w.close()
+
+
+def test_click_on_video_adds_query_on_current_frame(qtbot, settings):
+    from PySide6.QtTest import QTest
+
+    w = MainWindow(settings=settings, sampler=None)
+    qtbot.addWidget(w)
+    w.resize(900, 700)
+    w.show()
+    qtbot.waitExposed(w)
+    w.set_video(moving_square_video(6, 48), fps=10, queries=np.zeros((0, 3), np.float32))
+    w.view.set_frame(3)
+    plot = w.view.plot
+    scene_pos = plot.getViewBox().mapViewToScene(QPointF(20.0, 30.0))
+    QTest.mouseClick(plot.viewport(), Qt.MouseButton.LeftButton, pos=plot.mapFromScene(scene_pos))
+    qtbot.waitUntil(lambda: len(w.queries) == 1, timeout=2000)
+    t, x, y = w.queries[0]
+    assert t == 3 and abs(x - 20) < 1.0 and abs(y - 30) < 1.0
+    w.close()
