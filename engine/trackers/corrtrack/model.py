@@ -1,0 +1,329 @@
+"""The CorrTrack network: CNN feature pyramid, global correlation volume, iterative temporal refinement.
+
+Shapes use B videos, N query points, T frames, C feature channels, D hidden channels, at the model's
+resolution (MODEL_SIZE x MODEL_SIZE pixels; (0, 0) the centre of the top-left pixel).
+
+1. ``backbone``: frames [F, 3, 256, 256] -> features [F, 64*64, C] at stride 4 (stride-8 and -16 paths
+   fused in, FPN style), channels last so the correlation is one matrix product.
+2. ``query_features``: bilinear samples of the query frame's features at (x, y) -> [B, N, C].
+3. ``cost_volume``: every query against every position of every frame, [B, N, T, 64, 64], average-pooled
+   to strides 8 and 16 (pooling a correlation = correlating pooled features, by linearity).
+4. ``init_head``: on the stride-8 volume, the argmax per frame and a soft-argmax in a small window around
+   it (no pass over the volume beyond max, logsumexp and a 25-element gather), plus occlusion and
+   accuracy logits from the peak's statistics.
+5. ``refine``: NUM_ITERS iterations; each gathers 7x7 correlation windows at the three levels around the
+   current estimate (one integer-patch gather and a shared bilinear weight, no grid_sample, so it keeps
+   the autocast dtype) and mixes them along time per track (dilated depthwise temporal convolutions and
+   MLPs), updating position, visibility logit and accuracy logit ("error < ACCURACY_PX").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+MODEL_SIZE = 256  # frames are resized to MODEL_SIZE x MODEL_SIZE
+FEATURE_STRIDE = 4
+POOL_FACTORS = (1, 2, 4)  # correlation pyramid: strides 4, 8, 16
+INIT_LEVEL = 1  # the initial estimate comes from the stride-8 level
+INIT_RADIUS = 2  # soft-argmax window (2r+1)^2 cells around the argmax
+WINDOW_RADIUS = 3  # local correlation windows (2r+1)^2 per level
+POSITION_SCALE = 64.0  # positions enter the mixer as (pos - query) / POSITION_SCALE
+TIME_SCALE = 16.0  # frame offsets enter the mixer as (t - t_query) / TIME_SCALE
+STEP_SCALE = 4.0  # a unit output of the update head moves the point this many pixels
+ACCURACY_PX = 8.0  # the accuracy logit predicts "position error < ACCURACY_PX" (TAPIR's uncertainty)
+PIXEL_MEAN = 0.5  # frames are scaled to [0, 1], then (x - mean) / std
+PIXEL_STD = 0.25
+
+
+@dataclass(frozen=True)
+class CorrTrackConfig:
+    """Sizes of the network (stored in the weights manifest)."""
+
+    feature_dim: int = 64
+    widths: tuple[int, int, int] = (64, 96, 128)  # backbone channels at strides 4, 8, 16
+    hidden_dim: int = 128
+    mixer_dilations: tuple[int, ...] = (1, 2, 4, 8)
+    num_iters: int = 4
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CorrTrackConfig:
+        return cls(
+            feature_dim=int(data["feature_dim"]),
+            widths=tuple(int(w) for w in data["widths"]),
+            hidden_dim=int(data["hidden_dim"]),
+            mixer_dilations=tuple(int(d) for d in data["mixer_dilations"]),
+            num_iters=int(data["num_iters"]),
+        )
+
+
+def _conv(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(cin, cout, 3, stride=stride, padding=1)
+
+
+class ResBlock(nn.Module):
+    """Two 3x3 convolutions with a skip connection."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv1 = _conv(channels, channels)
+        self.conv2 = _conv(channels, channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(x + self.conv2(F.relu(self.conv1(x))))
+
+
+class Backbone(nn.Module):
+    """Frames [F, 3, 256, 256] (normalised) -> features [F, C, 64, 64], channels-last in memory."""
+
+    def __init__(self, cfg: CorrTrackConfig):
+        super().__init__()
+        w4, w8, w16 = cfg.widths
+        self.stem = nn.Sequential(_conv(3, 32, 2), nn.ReLU(), _conv(32, w4, 2), nn.ReLU())
+        self.block4 = ResBlock(w4)
+        self.down8 = nn.Sequential(_conv(w4, w8, 2), nn.ReLU())
+        self.block8 = ResBlock(w8)
+        self.down16 = nn.Sequential(_conv(w8, w16, 2), nn.ReLU())
+        self.block16 = ResBlock(w16)
+        self.proj4 = nn.Conv2d(w4, cfg.feature_dim, 1)
+        self.proj8 = nn.Conv2d(w8, cfg.feature_dim, 1)
+        self.proj16 = nn.Conv2d(w16, cfg.feature_dim, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        c4 = self.block4(self.stem(x))
+        c8 = self.block8(self.down8(c4))
+        c16 = self.block16(self.down16(c8))
+        up = F.interpolate(self.proj16(c16), scale_factor=2.0, mode="bilinear", align_corners=False)
+        up = F.interpolate(self.proj8(c8) + up, scale_factor=2.0, mode="bilinear", align_corners=False)
+        return self.proj4(c4) + up
+
+
+class TemporalBlock(nn.Module):
+    """x + MLP(depthwise dilated temporal conv(LayerNorm(x))), on [M, T, D] (M tracks)."""
+
+    def __init__(self, dim: int, dilation: int):
+        super().__init__()
+        self.dilation = dilation
+        self.norm = nn.LayerNorm(dim)
+        self.taps = nn.Parameter(torch.zeros(3, dim))  # weights of frames t-d, t, t+d
+        self.tap_bias = nn.Parameter(torch.zeros(dim))
+        with torch.no_grad():
+            self.taps[1].fill_(1.0)
+        self.fc1 = nn.Linear(dim, 2 * dim)
+        self.fc2 = nn.Linear(2 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        d = self.dilation
+        y = self.norm(x)
+        t = y.shape[1]
+        yp = F.pad(y, (0, 0, d, d))  # zero frames beyond both ends: [M, T + 2d, D]
+        taps = self.taps.to(y.dtype)
+        y = yp[:, :t] * taps[0] + yp[:, d:d + t] * taps[1] + yp[:, 2 * d:2 * d + t] * taps[2] + self.tap_bias
+        return x + self.fc2(F.gelu(self.fc1(y)))
+
+
+def sample_points(feats: torch.Tensor, size: int, frame: torch.Tensor, xy: torch.Tensor) -> torch.Tensor:
+    """Bilinear samples of channels-last maps, zero outside.
+
+    feats: [B, T, size*size, C]; frame: long [B, N]; xy: [B, N, 2] in map cells -> [B, N, C].
+    """
+    b, t, hw, c = feats.shape
+    flat = feats.reshape(b * t * hw, c)
+    x0 = torch.floor(xy[..., 0])
+    y0 = torch.floor(xy[..., 1])
+    fx = (xy[..., 0] - x0).unsqueeze(-1)
+    fy = (xy[..., 1] - y0).unsqueeze(-1)
+    base = (torch.arange(b, device=feats.device).view(b, 1) * t + frame) * hw  # [B, N]
+    out = 0
+    for dy, dx, w in ((0, 0, (1 - fx) * (1 - fy)), (0, 1, fx * (1 - fy)), (1, 0, (1 - fx) * fy), (1, 1, fx * fy)):
+        xi = x0.long() + dx
+        yi = y0.long() + dy
+        inside = ((xi >= 0) & (xi < size) & (yi >= 0) & (yi < size)).unsqueeze(-1)
+        idx = base + yi.clamp(0, size - 1) * size + xi.clamp(0, size - 1)
+        out = out + flat[idx].float() * (w * inside)
+    return out
+
+
+def local_windows(vol: torch.Tensor, size: int, centre: torch.Tensor, radius: int) -> torch.Tensor:
+    """Bilinear (2r+1)^2 windows of a correlation map around sub-cell centres, zero outside.
+
+    vol: [M, size*size]; centre: [M, 2] (x, y) in cells -> [M, (2r+1)^2]. All samples of a window share
+    the centre's fractional offset, so one (2r+2)^2 integer patch and four shifted slices do it.
+    """
+    m = vol.shape[0]
+    k = 2 * radius + 2
+    centre = centre.clamp(-size, 2 * size)  # far-away estimates still index safely
+    base = torch.floor(centre)
+    frac = (centre - base).to(vol.dtype)
+    offs = torch.arange(-radius, radius + 2, device=vol.device)
+    xs = base[:, 0].long().unsqueeze(1) + offs  # [M, k]
+    ys = base[:, 1].long().unsqueeze(1) + offs
+    inside = ((ys >= 0) & (ys < size)).unsqueeze(2) & ((xs >= 0) & (xs < size)).unsqueeze(1)  # [M, k, k]
+    idx = ys.clamp(0, size - 1).unsqueeze(2) * size + xs.clamp(0, size - 1).unsqueeze(1)
+    patch = torch.gather(vol, 1, idx.view(m, k * k)).view(m, k, k) * inside.to(vol.dtype)
+    fx = frac[:, 0].view(m, 1, 1)
+    fy = frac[:, 1].view(m, 1, 1)
+    top = patch[:, :-1, :-1] * (1 - fx) + patch[:, :-1, 1:] * fx
+    bottom = patch[:, 1:, :-1] * (1 - fx) + patch[:, 1:, 1:] * fx
+    return (top * (1 - fy) + bottom * fy).reshape(m, (k - 1) * (k - 1))
+
+
+class CorrTrackNet(nn.Module):
+    """The whole network; the tracker calls its stages one by one to time them."""
+
+    def __init__(self, cfg: CorrTrackConfig | None = None):
+        super().__init__()
+        self.cfg = cfg or CorrTrackConfig()
+        c, d = self.cfg.feature_dim, self.cfg.hidden_dim
+        self.backbone = Backbone(self.cfg)
+        self.init_scale = nn.Parameter(torch.tensor(1.0))  # soft-argmax sharpness
+        self.init_logits = nn.Linear(3, 2)  # (peak, peak - logsumexp, window mass) -> (visible, accurate)
+        win = (2 * WINDOW_RADIUS + 1) ** 2
+        self.corr_in = nn.Linear(win * len(POOL_FACTORS) + 6, d)
+        self.query_in = nn.Linear(c, d)
+        self.blocks = nn.ModuleList(TemporalBlock(d, dil) for dil in self.cfg.mixer_dilations)
+        self.out_norm = nn.LayerNorm(d)
+        self.update = nn.Linear(d, 4)  # (dx, dy, d visible logit, d accurate logit)
+        nn.init.zeros_(self.update.weight)
+        nn.init.zeros_(self.update.bias)
+
+    # -- stages ------------------------------------------------------------------------------------
+    @staticmethod
+    def normalise(frames: torch.Tensor) -> torch.Tensor:
+        """uint8 [F, 3, H, W] -> float [F, 3, MODEL_SIZE, MODEL_SIZE], resized and normalised."""
+        x = frames.float() / 255.0
+        if x.shape[-2:] != (MODEL_SIZE, MODEL_SIZE):
+            x = F.interpolate(x, size=(MODEL_SIZE, MODEL_SIZE), mode="bilinear", align_corners=False,
+                              antialias=bool(x.shape[-1] > MODEL_SIZE or x.shape[-2] > MODEL_SIZE))
+        return ((x - PIXEL_MEAN) / PIXEL_STD).contiguous(memory_format=torch.channels_last)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalised frames [F, 3, 256, 256] -> features [F, 64*64, C] (channels last)."""
+        f = self.backbone(x)
+        return f.permute(0, 2, 3, 1).reshape(f.shape[0], -1, f.shape[1])
+
+    def query_features(self, feats: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+        """feats [B, T, HW, C], queries [B, N, 3] (t, x, y) in model pixels -> [B, N, C] (float32)."""
+        size = MODEL_SIZE // FEATURE_STRIDE
+        frame = queries[..., 0].round().long().clamp(0, feats.shape[1] - 1)
+        xy = (queries[..., 1:] + 0.5) / FEATURE_STRIDE - 0.5
+        return sample_points(feats, size, frame, xy)
+
+    def cost_volume(self, feats: torch.Tensor, qfeat: torch.Tensor) -> list[torch.Tensor]:
+        """Correlation pyramid: [B, N, T, s, s] for s = 64, 32, 16 (one matmul, then pooling)."""
+        b, t, hw, c = feats.shape
+        size = MODEL_SIZE // FEATURE_STRIDE
+        q = qfeat / math.sqrt(c)
+        if not torch.is_autocast_enabled(feats.device.type):
+            q = q.to(feats.dtype)
+        vol = torch.matmul(q, feats.reshape(b, t * hw, c).transpose(1, 2))  # [B, N, T*HW]
+        n = vol.shape[1]
+        levels = [vol.view(b, n, t, size, size)]
+        flat = vol.view(b * n * t, 1, size, size)
+        for factor in POOL_FACTORS[1:]:
+            flat = F.avg_pool2d(flat, factor // (POOL_FACTORS[len(levels) - 1]))
+            levels.append(flat.view(b, n, t, flat.shape[-2], flat.shape[-1]))
+        return levels
+
+    def init_head(self, levels: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Soft-argmax near the argmax of the stride-8 level -> pos [B, N, T, 2], vis, acc logits [B, N, T]."""
+        vol = levels[INIT_LEVEL]
+        b, n, t, s, _ = vol.shape
+        stride = FEATURE_STRIDE * POOL_FACTORS[INIT_LEVEL]
+        flat = vol.reshape(b * n * t, s * s)
+        peak, arg = flat.max(dim=1)  # [M]
+        lse = torch.logsumexp(flat.float(), dim=1)
+        centre = torch.stack([arg % s, arg // s], dim=1).float()  # [M, 2] (x, y) cells
+        r = INIT_RADIUS
+        win = local_windows(flat, s, centre, r).float()  # integer centre: exact cells
+        offs = torch.arange(-r, r + 1, device=vol.device, dtype=torch.float32)
+        oy, ox = torch.meshgrid(offs, offs, indexing="ij")
+        inside = _window_inside(centre, offs, s)  # [M, (2r+1)^2]
+        logits = (win * self.init_scale).masked_fill(~inside, float("-inf"))
+        w = torch.softmax(logits, dim=1)
+        cell = centre + torch.stack([(w * ox.reshape(1, -1)).sum(1), (w * oy.reshape(1, -1)).sum(1)], dim=1)
+        pos = (cell + 0.5) * stride - 0.5
+        mass = torch.logsumexp(win.masked_fill(~inside, float("-inf")), dim=1) - lse
+        stats = torch.stack([peak.float(), peak.float() - lse, mass], dim=1)
+        vis_acc = self.init_logits(stats).float()
+        return pos.view(b, n, t, 2), vis_acc[:, 0].view(b, n, t), vis_acc[:, 1].view(b, n, t)
+
+    def refine_step(self, levels: list[torch.Tensor], queries: torch.Tensor, hidden: torch.Tensor,
+                    pos: torch.Tensor, vis: torch.Tensor, acc: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One refinement iteration; hidden [B*N, T, D]. Returns (hidden, pos, vis, acc)."""
+        b, n, t, _ = pos.shape
+        m = b * n * t
+        p = pos.detach().reshape(m, 2)
+        corr = []
+        for level, factor in zip(levels, POOL_FACTORS):
+            s = level.shape[-1]
+            stride = FEATURE_STRIDE * factor
+            centre = (p + 0.5) / stride - 0.5
+            corr.append(local_windows(level.reshape(m, s * s), s, centre, WINDOW_RADIUS))
+        frames = torch.arange(t, device=pos.device, dtype=torch.float32).view(1, 1, t)
+        dt = (frames - queries[..., 0:1]) / TIME_SCALE  # [B, N, T]
+        at_query = (dt == 0).float()
+        rel = (pos.detach() - queries[..., None, 1:]) / POSITION_SCALE  # [B, N, T, 2]
+        motion = torch.cat([rel, dt.unsqueeze(-1), at_query.unsqueeze(-1), vis.detach().unsqueeze(-1),
+                            acc.detach().unsqueeze(-1)], dim=-1).reshape(m, 6)
+        x = torch.cat([c.to(motion.dtype) for c in corr] + [motion], dim=1)
+        hidden = hidden + self.corr_in(x).view(b * n, t, -1)
+        for block in self.blocks:
+            hidden = block(hidden)
+        delta = self.update(self.out_norm(hidden)).float().view(b, n, t, 4)
+        pos = pos.detach() + delta[..., :2] * STEP_SCALE
+        return hidden, pos, vis + delta[..., 2], acc + delta[..., 3]
+
+    def initial_hidden(self, qfeat: torch.Tensor, num_frames: int) -> torch.Tensor:
+        """[B, N, C] -> hidden [B*N, T, D]: the query's appearance, the same at every frame."""
+        h = self.query_in(qfeat)
+        return h.reshape(-1, 1, h.shape[-1]).expand(-1, num_frames, -1)
+
+    # -- training ---------------------------------------------------------------------------------
+    def forward(self, video: torch.Tensor, queries: torch.Tensor, num_iters: int | None = None
+                ) -> tuple[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], torch.Tensor]:
+        """video uint8 [B, T, H, W, 3], queries [B, N, 3] (model pixels) -> (estimates, match logits).
+
+        estimates: [(pos [B, N, T, 2], vis logit [B, N, T], acc logit [B, N, T])], the initial one first,
+        then one per iteration. match logits: the scaled stride-8 volume [B, N, T, 32, 32] (for the
+        matching loss).
+        """
+        b, t = video.shape[:2]
+        frames = self.normalise(video.reshape(b * t, *video.shape[2:]).permute(0, 3, 1, 2))
+        feats = self.features(frames)
+        feats = feats.view(b, t, feats.shape[1], feats.shape[2])
+        qfeat = self.query_features(feats, queries)
+        levels = self.cost_volume(feats, qfeat)
+        pos, vis, acc = self.init_head(levels)
+        outputs = [(pos, vis, acc)]
+        hidden = self.initial_hidden(qfeat, t)
+        for _ in range(self.cfg.num_iters if num_iters is None else num_iters):
+            hidden, pos, vis, acc = self.refine_step(levels, queries, hidden, pos, vis, acc)
+            outputs.append((pos, vis, acc))
+        return outputs, levels[INIT_LEVEL] * self.init_scale
+
+
+def _window_inside(centre: torch.Tensor, offs: torch.Tensor, size: int) -> torch.Tensor:
+    """Which cells of a (2r+1)^2 window around integer centres [M, 2] lie in the map -> bool [M, (2r+1)^2]."""
+    xs = centre[:, 0:1] + offs  # [M, k]
+    ys = centre[:, 1:2] + offs
+    ok_x = (xs >= 0) & (xs < size)
+    ok_y = (ys >= 0) & (ys < size)
+    return (ok_y.unsqueeze(2) & ok_x.unsqueeze(1)).reshape(centre.shape[0], -1)
+
+
+def visible_from_logits(vis: torch.Tensor, acc: torch.Tensor) -> torch.Tensor:
+    """Predicted visible where P(visible) * P(accurate) > 0.5 (as TAPIR combines them)."""
+    return torch.sigmoid(vis.float()) * torch.sigmoid(acc.float()) > 0.5
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

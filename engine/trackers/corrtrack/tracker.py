@@ -1,0 +1,185 @@
+"""CorrTrackTracker: the built-in tracker, CorrTrackNet behind the Tracker protocol with timed stages.
+
+prepare: upload (host -> device copy of the uint8 frames), backbone (resize + CNN, in chunks of
+``frames_per_batch``). track: query_features, cost_volume, init_head, refine (all iterations), download.
+Nothing inside a batch waits for the device: the only sync is the final copy back to the host.
+On CUDA each stage runs as a captured CUDA graph (graphs.py) unless ``cuda_graphs=False`` or the
+environment sets TRACKSCOPE_NO_CUDA_GRAPHS=1; a capture that fails falls back to eager for good.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ...stages import BUILTIN_STAGES
+from ..base import PreparedVideo, RunContext, Tracker, TrackResult
+from .graphs import GraphCache
+from .model import MODEL_SIZE, CorrTrackNet, count_parameters, visible_from_logits
+from .weights import DEFAULT_WEIGHTS, load_model
+
+NO_GRAPHS_ENV = "TRACKSCOPE_NO_CUDA_GRAPHS"
+
+
+def to_model_xy(xy: torch.Tensor, width: int, height: int) -> torch.Tensor:
+    """Original-video pixels [..., 2] -> model pixels (centres of pixels map to centres)."""
+    sx, sy = MODEL_SIZE / width, MODEL_SIZE / height
+    return torch.stack([(xy[..., 0] + 0.5) * sx - 0.5, (xy[..., 1] + 0.5) * sy - 0.5], dim=-1)
+
+
+def from_model_xy(xy: torch.Tensor, width: int, height: int) -> torch.Tensor:
+    """Model pixels [..., 2] -> original-video pixels."""
+    sx, sy = width / MODEL_SIZE, height / MODEL_SIZE
+    return torch.stack([(xy[..., 0] + 0.5) * sx - 0.5, (xy[..., 1] + 0.5) * sy - 0.5], dim=-1)
+
+
+class CorrTrackTracker(Tracker):
+    """4D-correlation point tracker with trained weights (resources/corrtrack.safetensors)."""
+
+    name = "corrtrack"
+    stages = BUILTIN_STAGES
+    device_types = ("cpu", "cuda")
+
+    def __init__(self, weights: Path | str | None = None, model: CorrTrackNet | None = None,
+                 cuda_graphs: bool | None = None):
+        """Load checked weights (default: the shipped ones), or use ``model`` as given (tests)."""
+        if model is not None:
+            self.model = model.eval()
+            self.manifest: dict[str, Any] = {}
+            self.weights_path: Path | None = None
+        else:
+            self.weights_path = Path(weights) if weights is not None else DEFAULT_WEIGHTS
+            self.model, self.manifest = load_model(self.weights_path)
+        if cuda_graphs is None:
+            cuda_graphs = os.environ.get(NO_GRAPHS_ENV, "") not in ("1", "true", "yes")
+        self.cuda_graphs = cuda_graphs
+        self.graph_error = ""
+        self._track_graphs = GraphCache()
+        self._backbone_graphs = GraphCache()
+        self._device = torch.device("cpu")
+
+    def describe(self) -> dict[str, Any]:
+        info = {
+            **super().describe(),
+            "parameters": count_parameters(self.model),
+            "model_size": MODEL_SIZE,
+            "config": self.model.cfg.to_dict(),
+            "weights": str(self.weights_path) if self.weights_path else None,
+            "cuda_graphs": self.cuda_graphs and not self.graph_error,
+        }
+        if self.graph_error:
+            info["cuda_graphs_error"] = self.graph_error
+        for key in ("sha256", "validation", "training", "date"):
+            if key in self.manifest:
+                info[key] = self.manifest[key]
+        return info
+
+    def _model_on(self, device: torch.device) -> CorrTrackNet:
+        if device != self._device:
+            self.model.to(device)
+            self.model.backbone.to(memory_format=torch.channels_last)
+            self._device = device
+            self._track_graphs.clear()
+            self._backbone_graphs.clear()
+        return self.model
+
+    def _runner(self, ctx: RunContext, cache: GraphCache, key: tuple) -> Callable[..., tuple]:
+        """stage(name, fn, *inputs): replay a CUDA graph of fn when graphs are on, else call fn."""
+        if ctx.device.type != "cuda" or not self.cuda_graphs or self.graph_error:
+            return lambda name, fn, *inputs: tuple(fn(*inputs))
+        full_key = (*key, str(ctx.device), ctx.precision, torch.backends.cuda.matmul.allow_tf32)
+        return lambda name, fn, *inputs: cache.stage(full_key, name, fn, inputs)
+
+    def _with_fallback(self, body: Callable[[], Any]) -> Any:
+        """Run body; if a graph capture fails, note why and run it again eagerly."""
+        try:
+            return body()
+        except RuntimeError as exc:
+            if self._device.type != "cuda" or not self.cuda_graphs or self.graph_error:
+                raise
+            if "out of memory" in str(exc).lower():
+                raise
+            self.graph_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            self._track_graphs.clear()
+            self._backbone_graphs.clear()
+            return body()
+
+    def prepare(self, frames: np.ndarray, ctx: RunContext) -> PreparedVideo:
+        """Upload the frames and run the backbone in chunks -> features [1, T, 64*64, C] on the device."""
+        frames = np.asarray(frames)
+        if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
+            raise ValueError(f"frames must be uint8 [T, H, W, 3], got {frames.dtype} {frames.shape}")
+        num_frames, height, width = frames.shape[:3]
+        model = self._model_on(ctx.device)
+        with ctx.timer.stage("upload"):
+            host = torch.from_numpy(np.ascontiguousarray(frames))
+            if ctx.device.type == "cuda":
+                host = host.pin_memory()
+            video = host.to(ctx.device, non_blocking=True)  # uint8 [T, H, W, 3]
+
+        def backbone(part: torch.Tensor) -> tuple[torch.Tensor]:
+            return (model.features(model.normalise(part.permute(0, 3, 1, 2))),)
+
+        def body() -> torch.Tensor:
+            feats: torch.Tensor | None = None
+            chunk = max(1, int(ctx.frames_per_batch))
+            with ctx.timer.stage("backbone"):
+                for start in range(0, num_frames, chunk):
+                    part = video[start:start + chunk]
+                    run = self._runner(ctx, self._backbone_graphs, ("backbone", tuple(part.shape)))
+                    (out,) = run("backbone", backbone, part)
+                    if feats is None:
+                        feats = torch.empty((num_frames, *out.shape[1:]), device=ctx.device, dtype=out.dtype)
+                    feats[start:start + out.shape[0]] = out
+            assert feats is not None
+            return feats
+
+        feats = self._with_fallback(body)
+        return PreparedVideo(num_frames, height, width, data={"features": feats.unsqueeze(0)})
+
+    def track(self, prepared: PreparedVideo, queries: np.ndarray, ctx: RunContext) -> TrackResult:
+        """Track queries [N, 3] (t, x, y) in original pixels through the prepared video."""
+        model = self._model_on(ctx.device)
+        feats = prepared.data["features"]  # [1, T, HW, C]
+        w, h = prepared.width, prepared.height
+        q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(ctx.device)
+        q_model = torch.cat([q[:, :1], to_model_xy(q[:, 1:], w, h)], dim=1).unsqueeze(0)  # [1, N, 3]
+        num_frames = prepared.num_frames
+        iters = model.cfg.num_iters
+
+        def refine(qm: torch.Tensor, qfeat: torch.Tensor, pos: torch.Tensor, vis: torch.Tensor,
+                   acc: torch.Tensor, *levels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            hidden = model.initial_hidden(qfeat, num_frames)
+            for _ in range(iters):
+                hidden, pos, vis, acc = model.refine_step(list(levels), qm, hidden, pos, vis, acc)
+            return pos, vis, acc
+
+        def body() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            timer = ctx.timer
+            run = self._runner(ctx, self._track_graphs, ("track", tuple(feats.shape), feats.dtype, len(q)))
+            with timer.stage("query_features"):
+                qfeat, f_s, q_s = run("query_features", lambda f, qm: (model.query_features(f, qm), f, qm),
+                                      feats, q_model)
+            with timer.stage("cost_volume"):
+                levels = run("cost_volume", lambda f, qf: model.cost_volume(f, qf), f_s, qfeat)
+            with timer.stage("init_head"):
+                pos, vis, acc = run("init_head", lambda *lv: model.init_head(list(lv)), *levels)
+            with timer.stage("refine"):
+                pos, vis, acc = run("refine", refine, q_s, qfeat, pos, vis, acc, *levels)
+            return pos, vis, acc
+
+        pos, vis, acc = self._with_fallback(body)
+        with ctx.timer.stage("download"):
+            tracks = from_model_xy(pos[0].float(), w, h)  # [N, T, 2]
+            visible = visible_from_logits(vis[0], acc[0])
+            frame = q[:, 0].round().long()
+            rows = torch.arange(len(q), device=ctx.device)
+            tracks[rows, frame] = q[:, 1:]  # the query frame is known exactly
+            visible[rows, frame] = True
+            tracks_np = tracks.cpu().numpy()
+            visible_np = visible.cpu().numpy()
+        return TrackResult(tracks_np, visible_np)
