@@ -2,10 +2,6 @@
 # One device call: train CorrTrack for $MINUTES (resuming from $RESUME when set), then benchmark the
 # result. Everything worth keeping lands in $OUT (weights + manifest, logs, bench JSON, kernel profile).
 # Usage on the device machine:  MINUTES=6.5 RESUME=.carry/corrtrack/last.safetensors bash scripts/device_train.sh
-# >>> NOTE FROM THE LEAD (01:20 UTC) TO THE CORRTRACK HELPER: the device budget is short (another
-# >>> helper used 5 min). Before any further device call, run `status`: keep at least 540 s of
-# >>> budget_left_s for the lead's final measurement call AFTER your call ends (your call's timeout_s
-# >>> + ~60 s start + 30 s idle). Size MINUTES to fit, or skip the call and report. Thank you.
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out/device}

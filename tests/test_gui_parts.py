@@ -31,7 +31,7 @@ from gui.video_view import VideoView  # noqa: E402
 from tests.helpers import moving_square_video  # noqa: E402
 
 RUN_TIMEOUT_MS = 20_000
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parent / "data" / "h200"
 
 
 @pytest.fixture
@@ -268,9 +268,9 @@ def test_loop_reruns_until_stopped(qtbot, settings):
     w.close()
 
 
-@pytest.mark.parametrize("path", sorted(DATA.glob("*.json")) if DATA.is_dir() else [], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(DATA.glob("corrtrack_*.json")) if DATA.is_dir() else [], ids=lambda p: p.name)
 def test_replay_committed_reports(qtbot, settings, path):
-    """Reports recorded on the GPU machine (tests/data/*.json) replay: tracks, stage bars, telemetry."""
+    """Reports recorded on the H200 (tests/data/h200/*.json) replay: tracks, stage bars, GPU telemetry."""
     report = load_report(path) if "bench" not in path.name else None
     w = MainWindow(settings=settings, sampler=None)
     qtbot.addWidget(w)
@@ -278,6 +278,8 @@ def test_replay_committed_reports(qtbot, settings, path):
     assert w.charts._batches or (report and not report["runs"])
     if report is not None and report.get("telemetry"):
         assert w.charts.gpu == bool(report["telemetry"]["availability"].get("gpu_busy_pct") == "")
+    if report is not None and report.get("tracks"):
+        assert w.current is not None and np.isfinite(w.current.tracks).all()
     w.close()
 
 
