@@ -14,6 +14,7 @@ import argparse
 import re
 import statistics
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,8 @@ RANDOM_POINTS_SEED = 0
 PERCENTILES = (10, 90)
 NOISY_SPREAD = 1.5  # p90/p10 of the timed runs above this is flagged in the table
 OVERHEAD_TARGET = 1.03  # issue target: instrumentation within 3 %
+OVERHEAD_BLOCK = 5  # runs per on/off block
+SAMPLER_SETTLE_S = 0.15  # let the sampler take its first sample before timing
 BENCH_FILE = "bench.json"
 
 
@@ -294,25 +297,40 @@ class Bench:
         return self.rows
 
     def overhead(self, config: RunConfig, warmup: int, repeat: int) -> dict[str, float]:
-        """Median wall ms with timing+telemetry on vs off (alternating runs) and their ratio."""
-        on_ms, off_ms = [], []
-        for i in range(warmup + 2 * repeat):
-            instrumented = i % 2 == 0
+        """Median wall ms with timing+telemetry on vs off, and their ratio.
+
+        Runs alternate in blocks of ``OVERHEAD_BLOCK``: instrumented blocks run with the sampler
+        running throughout, as it does in the app, and timing on; plain blocks with both off. (Starting
+        the sampler around every run would put its first, heaviest sample inside each short run: that
+        is sampling at the run rate, not at the sampler's rate.)
+        """
+        for _ in range(warmup):
+            self._checked(self._session(config, timing=True).run())
+        on_ms: list[float] = []
+        off_ms: list[float] = []
+        block = 0
+        while len(on_ms) < repeat or len(off_ms) < repeat:
+            instrumented = block % 2 == 0
+            runs = on_ms if instrumented else off_ms
             if instrumented and self.sampler is not None:
                 self.sampler.start()
+                time.sleep(SAMPLER_SETTLE_S)
             try:
-                last = self._session(config, timing=instrumented).run()
+                for _ in range(min(OVERHEAD_BLOCK, repeat - len(runs))):
+                    runs.append(self._checked(self._session(config, timing=instrumented).run()).wall_ms)
             finally:
                 if self.sampler is not None:
                     self.sampler.stop()
-            if isinstance(last, Failed):
-                raise UserError(f"overhead run failed: {last.message}", last.suggestion)
-            assert isinstance(last, Finished)
-            if i >= warmup:
-                (on_ms if instrumented else off_ms).append(last.wall_ms)
+            block += 1
         on, off = statistics.median(on_ms), statistics.median(off_ms)
         return {"on_ms_median": on, "off_ms_median": off, "ratio": on / off, "runs_each": float(len(on_ms)),
                 "target_ratio": OVERHEAD_TARGET}
+
+    @staticmethod
+    def _checked(last: Finished | Failed) -> Finished:
+        if isinstance(last, Failed):
+            raise UserError(f"overhead run failed: {last.message}", last.suggestion)
+        return last
 
     def close(self) -> None:
         if self.sampler is not None:
