@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from engine.trackers.base import track_arrays
+
 
 @dataclass
 class RunData:
@@ -31,12 +33,7 @@ class RunData:
 
     def __post_init__(self) -> None:
         self.queries = np.asarray(self.queries, dtype=np.float32).reshape(-1, 3)
-        self.tracks = np.asarray(self.tracks, dtype=np.float32)
-        self.visible = np.asarray(self.visible, dtype=bool)
-        if self.tracks.ndim != 3 or self.tracks.shape[-1] != 2:
-            raise ValueError(f"tracks must be [N, T, 2], got {self.tracks.shape}")
-        if self.visible.shape != self.tracks.shape[:2]:
-            raise ValueError(f"visible must be [N, T] = {self.tracks.shape[:2]}, got {self.visible.shape}")
+        self.tracks, self.visible = track_arrays(self.tracks, self.visible)
         if len(self.queries) != len(self.tracks):
             raise ValueError(f"{len(self.queries)} queries but {len(self.tracks)} tracks")
 

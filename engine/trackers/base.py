@@ -43,6 +43,17 @@ class PreparedVideo:
     data: dict[str, Any] = field(default_factory=dict)
 
 
+def track_arrays(tracks: Any, visible: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Tracks as float32 [N, T, 2] and visibility as bool [N, T]; ValueError when the shapes disagree."""
+    tracks = np.asarray(tracks, dtype=np.float32)
+    visible = np.asarray(visible, dtype=bool)
+    if tracks.ndim != 3 or tracks.shape[-1] != 2:
+        raise ValueError(f"tracks must be [N, T, 2], got {tracks.shape}")
+    if visible.shape != tracks.shape[:2]:
+        raise ValueError(f"visible must be [N, T] = {tracks.shape[:2]}, got {visible.shape}")
+    return tracks, visible
+
+
 @dataclass
 class TrackResult:
     """Tracks for one batch of queries.
@@ -55,12 +66,7 @@ class TrackResult:
     visible: np.ndarray
 
     def __post_init__(self) -> None:
-        self.tracks = np.asarray(self.tracks, dtype=np.float32)
-        self.visible = np.asarray(self.visible, dtype=bool)
-        if self.tracks.ndim != 3 or self.tracks.shape[-1] != 2:
-            raise ValueError(f"tracks must be [N, T, 2], got {self.tracks.shape}")
-        if self.visible.shape != self.tracks.shape[:2]:
-            raise ValueError(f"visible must be [N, T] = {self.tracks.shape[:2]}, got {self.visible.shape}")
+        self.tracks, self.visible = track_arrays(self.tracks, self.visible)
 
 
 class Tracker(ABC):
