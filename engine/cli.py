@@ -49,10 +49,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = argv[0] if argv and argv[0] in SUBCOMMANDS else None
-    if not argv:
-        argv = ["gui"]
-        command = "gui"
+    if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help")):
+        argv = ["gui", *argv]  # `trackscope`, `trackscope VIDEO`, `trackscope --run`: the app
+    command = argv[0] if argv[0] in SUBCOMMANDS else None
     try:
         parser = build_parser(only=command)
     except ImportError as exc:

@@ -53,9 +53,15 @@ class Settings:
         if not raw:
             return default
         try:
-            return RunConfig.from_dict({**default.to_dict(), **json.loads(str(raw))})
+            config = RunConfig.from_dict({**default.to_dict(), **json.loads(str(raw))})
         except (ValueError, TypeError):
             return default
+        from engine.trackers import available_trackers
+
+        if ":" not in config.tracker and config.tracker not in available_trackers():
+            # e.g. the tracker of a replayed report that is not installed here
+            config = config.with_changes(tracker=default.tracker)
+        return config
 
     def set_config(self, config: RunConfig) -> None:
         self.store.setValue("config", json.dumps(config.to_dict()))
