@@ -46,6 +46,12 @@ WRITER_FOURCC = {
 }
 UINT16_TO_UINT8 = 257  # 65535 / 255
 
+# OpenCV prints its own warnings for files it cannot open; ours name the file and the problem instead
+try:
+    cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
+except AttributeError:  # builds without the logging utilities
+    pass
+
 
 @dataclass
 class VideoInfo:

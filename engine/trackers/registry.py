@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from importlib import metadata
 from typing import Callable
 
@@ -44,6 +46,8 @@ def load_tracker(name: str) -> Tracker:
     factory: object
     if ":" in name:
         module_name, _, attr = name.partition(":")
+        if "" not in sys.path and os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())  # as `python -m` does: plugins beside the user's work import
         try:
             module = importlib.import_module(module_name)
         except Exception as exc:
