@@ -227,8 +227,14 @@ def count_session_cost(frames: np.ndarray, queries: np.ndarray, config: Any, tra
     key = (tracker_name, config.device, config.precision, config.points_per_batch, config.frames_per_batch,
            tuple(frames.shape), len(queries))
 
+    if tracker is None:
+        from .trackers import load_tracker
+
+        tracker = (tracker_loader or load_tracker)(config.tracker)
+
     def run() -> None:
-        last = Session(frames, queries, config, tracker=tracker, tracker_loader=tracker_loader).run()
+        with tracker.counting_mode():
+            last = Session(frames, queries, config, tracker=tracker, tracker_loader=tracker_loader).run()
         if isinstance(last, Failed):
             raise UserError(f"the counted pass failed: {last.message}", last.suggestion)
 

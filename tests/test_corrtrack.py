@@ -201,3 +201,21 @@ def test_training_step_lowers_the_loss() -> None:
         losses.append(terms.total.item())
     assert np.isfinite(losses).all()
     assert losses[-1] < losses[0]
+
+
+def test_counting_mode_runs_eagerly_so_the_cost_model_sees_every_op() -> None:
+    """CUDA graph replays bypass torch's dispatcher: the counted pass must run without them."""
+    from engine.config import RunConfig
+    from engine.cost import clear_cache, count_session_cost
+
+    tracker = CorrTrackTracker(model=CorrTrackNet(TINY), cuda_graphs=True)
+    with tracker.counting_mode():
+        assert tracker.cuda_graphs is False
+    assert tracker.cuda_graphs is True
+    clear_cache()
+    frames = _shifting_texture(6, 1.0)
+    queries = np.array([[0, 20.0, 20.0], [2, 30.0, 40.0]], np.float32)
+    costs = count_session_cost(frames, queries, RunConfig(tracker="corrtrack", device="cpu"), tracker=tracker)
+    for stage in ("backbone", "cost_volume", "refine"):
+        assert costs[stage]["flops"] > 0 and costs[stage]["bytes"] > 0
+    assert tracker.cuda_graphs is True

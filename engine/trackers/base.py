@@ -14,6 +14,7 @@ pixel. Queries are ``[N, 3]`` float32 rows of ``(t, x, y)``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,3 +90,10 @@ class Tracker(ABC):
     def describe(self) -> dict[str, Any]:
         """Facts about the tracker for the run report (parameters, weights, ...)."""
         return {"name": self.name, "stages": list(self.stages)}
+
+    def counting_mode(self) -> AbstractContextManager[None]:
+        """A context in which every op goes through torch's dispatcher, for counting FLOPs and bytes.
+
+        A tracker that replays CUDA graphs (which bypass the dispatcher) runs eagerly inside it.
+        """
+        return nullcontext()

@@ -10,6 +10,8 @@ environment sets TRACKSCOPE_NO_CUDA_GRAPHS=1; a capture that fails falls back to
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -77,6 +79,16 @@ class CorrTrackTracker(Tracker):
             if key in self.manifest:
                 info[key] = self.manifest[key]
         return info
+
+    @contextmanager
+    def counting_mode(self) -> Iterator[None]:
+        """Eager (no CUDA graphs) while the cost model counts ops: graph replays hide them."""
+        saved = self.cuda_graphs
+        self.cuda_graphs = False
+        try:
+            yield
+        finally:
+            self.cuda_graphs = saved
 
     def _model_on(self, device: torch.device) -> CorrTrackNet:
         if device != self._device:
