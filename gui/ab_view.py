@@ -11,12 +11,13 @@ and the frame where the two sides are furthest apart. Numbers come from engine.m
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QFont, QFontMetrics
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -34,6 +35,7 @@ from PySide6.QtWidgets import (
 
 from engine.metrics import Divergence, divergence, tapvid_metrics
 
+from .ab_parts import ResizeWatch, SideView
 from .model import RunData
 
 #: colour scale of divergence: green (agree) -> yellow -> red (far apart)
@@ -46,59 +48,24 @@ MIN_SCALE_PX = 1.0
 TOP_K = 100  # rows in the most-divergent list
 COLOUR_BINS = 10  # steps of the colour scale the points are drawn in (one scatter item each)
 CLICK_RADIUS_PX = 10  # a click this close (screen pixels) to a point selects it
-POINT_SIZE = 8
-HIGHLIGHT_SIZE = 22
-HIGHLIGHT_COLOUR = (0, 220, 255)  # selection ring; the selected point's path in run A
-PATH_B_COLOUR = (255, 80, 255)  # the selected point's path in run B (dashed)
-TRAIL_COLOUR = (255, 255, 255, 110)
 DEFAULT_TRAIL = 8
 PLAY_FPS = 25.0
 QUERIES_MATCH_PX = 1e-3  # queries of A and B further apart than this are "different queries"
 BACKGROUND = (20, 20, 20)
 TITLE_COLOUR = "#e0e0e0"
+TITLE_PT = 10  # plot titles; elided to the plot's width (a long label must not spill into the other view)
+TITLE_PX = 30  # height pyqtgraph reserves for a plot title
+TITLE_MARGIN_PX = 12
 TABLE_MIN_WIDTH = 330
 PLOT_MIN_WIDTH = 120
+#: the list of points sits beside the views when the A/B tab is at least this wide, else below them
+WIDE_LAYOUT_PX = 1150
+TABLE_SHARE_WIDE = 0.24  # share of the width the list gets beside the views
+VIEWS_MIN_SHARE = 0.45  # below: the views take at least this share of the height ...
+COLOUR_BAR_PX = 75  # the colour bar with its axis and label
+VIEWS_MAX_SHARE = 0.75  # ... and at most this
+VIEWS_SLACK_PX = 16  # below: height the views get beyond frame + title
 COLUMNS = ("#", "point", "mean px", "vis. agree", "query")
-
-
-class _SideView:
-    """One side's plot: frame image, trails, points (filled + hollow per colour bin), selection ring, paths."""
-
-    def __init__(self, plot: pg.PlotItem, bin_rgb: np.ndarray):
-        self.plot = plot
-        vb = plot.getViewBox()
-        vb.setAspectLocked(True)
-        vb.invertY(True)
-        vb.setMenuEnabled(False)
-        plot.hideAxis("left")
-        plot.hideAxis("bottom")
-        plot.hideButtons()
-        self.image = pg.ImageItem(axisOrder="row-major")
-        self.trails = pg.PlotCurveItem(pen=pg.mkPen(TRAIL_COLOUR, width=1), connect="pairs", antialias=False,
-                                       skipFiniteCheck=True)
-        dark_pen = pg.mkPen(0, 0, 0, 200, width=1)
-        no_brush = pg.mkBrush(0, 0, 0, 0)
-        self.filled = [pg.ScatterPlotItem(size=POINT_SIZE, pen=dark_pen, brush=pg.mkBrush(*map(int, rgb)),
-                                          antialias=False) for rgb in bin_rgb]
-        self.hollow = [pg.ScatterPlotItem(size=POINT_SIZE, pen=pg.mkPen(*map(int, rgb), width=1.5), brush=no_brush,
-                                          antialias=False) for rgb in bin_rgb]
-        self.path_a = pg.PlotCurveItem(pen=pg.mkPen(HIGHLIGHT_COLOUR, width=2))
-        self.path_b = pg.PlotCurveItem(pen=pg.mkPen(PATH_B_COLOUR, width=2, style=Qt.PenStyle.DashLine))
-        self.ring = pg.ScatterPlotItem(size=HIGHLIGHT_SIZE, symbol="o", brush=pg.mkBrush(0, 0, 0, 0),
-                                       pen=pg.mkPen(HIGHLIGHT_COLOUR, width=2.5), antialias=True)
-        for item in (self.image, self.trails, self.path_a, self.path_b, *self.hollow, *self.filled, self.ring):
-            plot.addItem(item)
-
-    def clear_tracks(self) -> None:
-        for item in (self.trails, self.path_a, self.path_b):
-            item.setData([], [])
-        for item in (*self.filled, *self.hollow, self.ring):
-            item.clear()
-
-    def shown_points(self) -> np.ndarray:
-        """Every drawn point's (x, y), filled then hollow, bin by bin. [M, 2]"""
-        xy = [np.column_stack(item.getData()) for item in (*self.filled, *self.hollow) if len(item.getData()[0])]
-        return np.concatenate(xy) if xy else np.zeros((0, 2))
 
 
 class ABView(QWidget):
@@ -134,8 +101,8 @@ class ABView(QWidget):
 
         self.canvas = pg.GraphicsLayoutWidget()
         self.canvas.setBackground(BACKGROUND)
-        self.side_a = _SideView(self.canvas.addPlot(row=0, col=0), self.bin_rgb)
-        self.side_b = _SideView(self.canvas.addPlot(row=0, col=1), self.bin_rgb)
+        self.side_a = SideView(self.canvas.addPlot(row=0, col=0), self.bin_rgb)
+        self.side_b = SideView(self.canvas.addPlot(row=0, col=1), self.bin_rgb)
         for col, side in enumerate((self.side_a, self.side_b)):  # equal widths: linked views show the same region
             self.canvas.ci.layout.setColumnStretchFactor(col, 1)
             side.plot.setMinimumWidth(PLOT_MIN_WIDTH)
@@ -145,6 +112,18 @@ class ABView(QWidget):
         self.colour_bar = pg.ColorBarItem(values=(0.0, MIN_SCALE_PX), colorMap=self._cmap, interactive=False,
                                           label="mean divergence per point (px)", width=14)
         self.canvas.addItem(self.colour_bar, row=0, col=2)
+        self.stacked = False  # A above B (True) or A beside B (False): whichever shows the frames larger
+        self._titles = {"A": "", "B": ""}
+        self._title_font = QFont()
+        self._title_font.setPointSizeF(TITLE_PT)
+        for side in (self.side_a, self.side_b):
+            side.plot.geometryChanged.connect(self._elide_titles)
+        self._fitted = True  # the views show the whole frame (refit on resize until the user zooms or pans)
+        for side in (self.side_a, self.side_b):
+            side.plot.getViewBox().sigRangeChangedManually.connect(self._on_manual_zoom)
+        self.side_a.plot.getViewBox().sigResized.connect(self._refit)
+        self._resize_watch = ResizeWatch(self._on_canvas_resized, self)
+        self.canvas.installEventFilter(self._resize_watch)
         self.canvas.scene().sigMouseClicked.connect(self._on_scene_click)
 
         self.table = QTableWidget(0, len(COLUMNS))
@@ -164,11 +143,14 @@ class ABView(QWidget):
         table_layout.addWidget(QLabel("Most divergent points"))
         table_layout.addWidget(self.table)
 
-        splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter = splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(self.canvas)
         splitter.addWidget(table_box)
         splitter.setStretchFactor(0, 4)
         splitter.setStretchFactor(1, 1)
+        splitter.setChildrenCollapsible(False)
+        self._user_split = False  # the user dragged the splitter: keep their sizes
+        splitter.splitterMoved.connect(lambda *_: setattr(self, "_user_split", True))
 
         self.play_button = QToolButton(text="▶")
         self.play_button.setToolTip("Play / pause both views")
@@ -225,6 +207,9 @@ class ABView(QWidget):
     def set_frames(self, frames: np.ndarray | None) -> None:
         """The video both runs tracked, uint8 [T, H, W, 3]."""
         self.frames = None if frames is None else np.ascontiguousarray(frames, dtype=np.uint8)
+        if not self._user_split:
+            self._size_splitter()
+        self._arrange()
         self._update_slider()
         self._draw()
         self.fit()
@@ -233,8 +218,9 @@ class ABView(QWidget):
         """Compare run A with run B; ground_truth: {"tracks" [N,T,2], "visible" [N,T], "query_t" [N]}."""
         self.run_a, self.run_b = a, b
         self.selected = None
-        self.side_a.plot.setTitle(f"A: {a.label}", color=TITLE_COLOUR)
-        self.side_b.plot.setTitle(f"B: {b.label}", color=TITLE_COLOUR)
+        self._titles = {"A": f"A: {a.label}", "B": f"B: {b.label}"}
+        self.canvas.setToolTip(f"{self._titles['A']}\n{self._titles['B']}")
+        self._elide_titles()
         problems = []
         if a.tracks.shape != b.tracks.shape:
             self.divergence = None
@@ -287,6 +273,93 @@ class ABView(QWidget):
         if video.get("width") and video.get("height"):
             return int(video["width"]), int(video["height"])
         return None
+
+    # -- layout ------------------------------------------------------------------------------
+    def resizeEvent(self, event: Any) -> None:  # noqa: N802 (Qt name)
+        """The list of points goes beside the views on a wide tab, below them on a narrow one."""
+        super().resizeEvent(event)
+        wide = self.width() >= WIDE_LAYOUT_PX
+        orientation = Qt.Orientation.Horizontal if wide else Qt.Orientation.Vertical
+        if orientation != self.splitter.orientation():
+            self.splitter.setOrientation(orientation)
+            self._user_split = False
+        if not self._user_split:
+            self._size_splitter()
+
+    def _size_splitter(self) -> None:
+        """Beside: the list takes TABLE_SHARE_WIDE of the width. Below: the views take the height their
+        frames need side by side (VIEWS_MIN_SHARE .. VIEWS_MAX_SHARE of it), the list the rest."""
+        wide = self.splitter.orientation() == Qt.Orientation.Horizontal
+        total = self.splitter.width() if wide else self.splitter.height()
+        if wide:
+            views = int(total * (1 - TABLE_SHARE_WIDE))
+        else:
+            need = (self.splitter.width() - COLOUR_BAR_PX) / 2 / self._frame_aspect() + TITLE_PX + VIEWS_SLACK_PX
+            views = int(np.clip(need, total * VIEWS_MIN_SHARE, total * VIEWS_MAX_SHARE))
+        self.splitter.setSizes([views, total - views])
+
+    def _frame_aspect(self) -> float:
+        """Width / height of the video (1 before there is one)."""
+        if self.frames is not None:
+            return self.frames.shape[2] / max(1, self.frames.shape[1])
+        return 1.0
+
+    def _on_manual_zoom(self, *_: Any) -> None:
+        self._fitted = False
+
+    def _on_canvas_resized(self) -> None:
+        self._arrange()
+        self._refit()
+
+    def _refit(self, *_: Any) -> None:
+        """Show the whole frame again after a resize, unless the user zoomed or panned."""
+        if self._fitted:
+            self.fit()
+
+    def _arrange(self) -> None:
+        """Put A beside B or above it, whichever draws the frames larger in the canvas as it is now."""
+        w, h = max(1, self.canvas.width() - COLOUR_BAR_PX), max(1, self.canvas.height())
+        aspect = self._frame_aspect()
+        beside = min(w / 2 / aspect, h - TITLE_PX)  # frame height each way
+        above = min(w / aspect, h / 2 - TITLE_PX)
+        stacked = above > beside
+        if stacked == self.stacked:
+            return
+        self.stacked = stacked
+        layout = self.canvas.ci
+        for item in (self.side_b.plot, self.colour_bar):
+            layout.removeItem(item)
+        grid = layout.layout
+        if stacked:
+            layout.addItem(self.side_b.plot, row=1, col=0)
+            layout.addItem(self.colour_bar, row=0, col=1, rowspan=2)
+        else:
+            layout.addItem(self.side_b.plot, row=0, col=1)
+            layout.addItem(self.colour_bar, row=0, col=2)
+        for i in range(3):
+            grid.setColumnStretchFactor(i, 1 if i == 0 or (i == 1 and not stacked) else 0)
+        for i in range(2):
+            grid.setRowStretchFactor(i, 1 if i == 0 or stacked else 0)
+        self._elide_titles()
+
+    def _elide_titles(self, *_: Any) -> None:
+        """Each plot's title cut to its width with an ellipsis (the full labels are the canvas tooltip)."""
+        metrics = QFontMetrics(self._title_font)
+        for key, side in (("A", self.side_a), ("B", self.side_b)):
+            full = self._titles[key]
+            if not full:
+                continue
+            room = max(0, int(side.plot.geometry().width()) - TITLE_MARGIN_PX)
+            text = metrics.elidedText(full, Qt.TextElideMode.ElideMiddle, room) if room else full
+            if side.title_text == text:
+                continue
+            side.title_text = text
+            side.plot.setTitle(html.escape(text), color=TITLE_COLOUR, size=f"{TITLE_PT}pt")
+            side.plot.titleLabel.setMinimumWidth(0)  # never let the title widen its plot
+
+    def titles(self) -> tuple[str, str]:
+        """The plot titles as drawn (elided to fit)."""
+        return self.side_a.title_text, self.side_b.title_text
 
     # -- derived display state ---------------------------------------------------------------
     def _build_styles(self) -> None:
@@ -402,6 +475,7 @@ class ABView(QWidget):
         else:
             return
         self.side_a.plot.getViewBox().setRange(xRange=(-0.5, w - 0.5), yRange=(-0.5, h - 0.5), padding=0)
+        self._fitted = True
 
     # -- selection ---------------------------------------------------------------------------
     def select_point(self, index: int, jump: bool = True) -> None:
@@ -486,7 +560,7 @@ class ABView(QWidget):
             else:
                 side.ring.clear()
 
-    def _draw_trails(self, side: _SideView, run: RunData, t: int) -> None:
+    def _draw_trails(self, side: SideView, run: RunData, t: int) -> None:
         t0 = max(0, t - self.trail)
         if not self.trails_box.isChecked() or t0 == t:
             side.trails.setData([], [])

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from engine.errors import UserError
 
 SAMPLE_NAME = "sample.mp4"
+#: Qt platforms that draw without a display server (QT_QPA_PLATFORM=offscreen for screenshots and tests)
+HEADLESS_PLATFORMS = ("offscreen", "minimal", "minimalegl", "vnc", "linuxfb", "eglfs", "vkkhrdisplay")
+X11_SOCKET_DIR = "/tmp/.X11-unix"
+UNIX_SOCKETS = Path("/proc/net/unix")  # lists path and abstract sockets: where an X server listens
+NO_DISPLAY_HINT = ("open it in a desktop session or under xvfb-run (xvfb-run trackscope), "
+                   "or headless with QT_QPA_PLATFORM=offscreen and --screenshot")
 
 
 def resources_dir() -> Path:
@@ -27,6 +35,43 @@ def sample_video_path() -> Path | None:
     """The bundled sample video, or None when it is not installed."""
     path = resources_dir() / SAMPLE_NAME
     return path if path.is_file() else None
+
+
+def _x_server_listening(display: str) -> bool | None:
+    """Whether a local X server listens for DISPLAY ':N' (None when that cannot be told)."""
+    host, _, rest = display.rpartition(":")
+    number = rest.split(".")[0]
+    if host not in ("", "unix") or not number.isdigit():
+        return None  # a remote display (host:N, ssh forwarding): Qt will tell
+    socket = f"{X11_SOCKET_DIR}/X{number}"
+    if Path(socket).exists():
+        return True
+    try:
+        listed = UNIX_SOCKETS.read_text(errors="replace")
+    except OSError:
+        return None
+    return socket in listed  # an abstract socket "@/tmp/.X11-unix/XN" has no file
+
+
+def display_problem(env: Mapping[str, str] | None = None, platform: str = sys.platform) -> str | None:
+    """Why Qt could not open a window here (it would abort the process), or None when it can try."""
+    env = os.environ if env is None else env
+    if not platform.startswith("linux"):
+        return None  # Windows and macOS always have their native platform
+    chosen = env.get("QT_QPA_PLATFORM", "").split(":")[0].split(";")[0].strip().lower()
+    if chosen in HEADLESS_PLATFORMS:
+        return None
+    wayland = env.get("WAYLAND_DISPLAY", "")
+    display = env.get("DISPLAY", "")
+    if chosen.startswith("wayland"):
+        return None if wayland else "no display: QT_QPA_PLATFORM asks for wayland but WAYLAND_DISPLAY is not set"
+    if chosen == "" and wayland:
+        return None
+    if not display:
+        return "no display: DISPLAY is not set"
+    if _x_server_listening(display) is False:
+        return f"no display: no X server listens on DISPLAY={display}"
+    return None
 
 
 def _config_from_args(args: argparse.Namespace):
@@ -82,6 +127,9 @@ def run(args: argparse.Namespace) -> int:
     config = _config_from_args(args)
     if args.screenshot:
         _size(args.size)
+    problem = display_problem()
+    if problem is not None:
+        raise UserError(f"{problem}; {NO_DISPLAY_HINT}")
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setOrganizationName("trackscope")
     app.setApplicationName("trackscope")

@@ -19,10 +19,17 @@ from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 from engine.config import RunConfig
 
 POLL_HZ = 10.0
-STAGE_PLOT_TITLE = "Stage time per batch"
-TIME_PLOT_MIN_PX = 100  # the charts scroll rather than squeeze a plot below this
+STAGE_PLOT_TITLE = "Stage time per batch (colours: stages, named below)"
+BREAKDOWN_AXIS_PX = 100  # the breakdown names its stages on its left axis
+#: the breakdown's x range reaches past the longest bar by these factors: room for its value label
+LABEL_ROOM = 1.5
+LABEL_ROOM_ROOFLINE = 2.1
+#: replays: a cold first run this many times the tallest warm batch is clipped (labelled) so the warm ones show
+COLD_CLIP_RATIO = 3.0
+WARM_HEADROOM = 1.6  # the stage axis then reaches this factor above the tallest warm batch
+TIME_PLOT_MIN_PX = 90  # the charts scroll rather than squeeze a plot below this
 STAGE_PLOT_MIN_PX = 170  # the stage bars need more height than a telemetry curve
-BREAKDOWN_ROW_PX = 22  # height per stage in the breakdown
+BREAKDOWN_ROW_PX = 20  # height per stage in the breakdown
 BREAKDOWN_EXTRA_PX = 60  # title and axis of the breakdown
 BREAKDOWN_MS = 500  # the per-stage breakdown redraws at most this often during a run
 WINDOW_S = 60.0  # seconds of telemetry shown while live
@@ -125,9 +132,11 @@ class ChartsPanel(QWidget):
         self.breakdown = self.glw.addPlot(row=6, col=0, title="Per-stage breakdown of the last run (ms)")
         self.breakdown.setMenuEnabled(False)
         self.breakdown.setMouseEnabled(False, False)
-        self.breakdown.hideAxis("left")
+        self.breakdown.getAxis("left").setWidth(BREAKDOWN_AXIS_PX)
+        self.breakdown.getAxis("left").setStyle(tickLength=0)
         self.breakdown.getViewBox().invertY(True)  # stages top to bottom in the order they run
         self.breakdown.setLabel("bottom", "ms")
+        self._cold_label = pg.TextItem("", color=(60, 60, 60), anchor=(0, 0), fill=(255, 255, 255, 215))
 
         self.c_busy = _curve(self.util, "GPU busy %", (31, 119, 180))
         self.c_sm = _curve(self.util, "SM active %", (214, 39, 40))
@@ -213,6 +222,7 @@ class ChartsPanel(QWidget):
             cap_gb = cap / GB if cap else None
             self._set_hline(self.mem, self.mem_cap, cap, f"capacity {cap_gb:.0f} GB" if cap_gb else "")
             self.mem.setTitle("GPU memory used", size="9pt")
+            self.power.setTitle("Power draw", size="9pt")
             self.mem.setYRange(0, (cap or GB) * 1.05, padding=0)
             maxclk = max(self.static.get("max_sm_clock_mhz") or 0, self.static.get("max_mem_clock_mhz") or 0)
             self.clock.setYRange(0, (maxclk or 2000) * 1.1, padding=0)
@@ -225,8 +235,8 @@ class ChartsPanel(QWidget):
             reason = avail.get("gpu_busy_pct") or "no telemetry sampler"
             self.mode_label.setText(f"No GPU telemetry ({reason}): showing CPU use and this process's memory.")
             self.mode_label.setStyleSheet("color: #555; font-style: italic;")
-            self.util.setTitle("CPU % (all cores)", size="9pt")
-            self.mem.setTitle("Process memory (RSS)", size="9pt")
+            self.util.setTitle("CPU busy % (all cores; no GPU)", size="9pt")
+            self.mem.setTitle("This process's memory (resident set)", size="9pt")
             self._set_hline(self.mem, self.mem_cap, None, "")
             self.mem.enableAutoRange(y=True)
         self.c_mem.setVisible(self.gpu)
@@ -235,13 +245,15 @@ class ChartsPanel(QWidget):
         self._fit_height(len(self.stages))
 
     def _rebuild_legends(self) -> None:
-        """Legends list only the curves shown (hidden ones would be noise)."""
+        """Legends list only the curves shown; a plot with one curve has none (its title names it)."""
         for plot in (self.util, self.bw, self.mem, self.clock, self.power):
             legend = plot.legend
             legend.clear()
-            for item in plot.listDataItems():
-                if item.isVisible() and item.opts.get("name"):
+            shown = [item for item in plot.listDataItems() if item.isVisible() and item.opts.get("name")]
+            if len(shown) > 1:
+                for item in shown:
                     legend.addItem(item, item.opts["name"])
+            legend.setVisible(len(shown) > 1)
 
     @staticmethod
     def _set_hline(plot: pg.PlotItem, line: pg.InfiniteLine, value: float | None, label: str) -> None:
@@ -418,6 +430,7 @@ class ChartsPanel(QWidget):
         self._breakdown_items = []
         names = [s for s in self.stages if totals.get(s, 0) > 0] + [s for s in totals if s not in self.stages]
         if not names:
+            self.breakdown.getAxis("left").setTicks([[], []])
             return
         ms = np.array([totals[s] for s in names])
         y = np.arange(len(names))
@@ -426,21 +439,25 @@ class ChartsPanel(QWidget):
         bars = pg.BarGraphItem(x0=np.zeros(len(ms)), width=ms, y=y, height=0.7, brushes=brushes, pen=None)
         self.breakdown.addItem(bars)
         self._breakdown_items.append(bars)
+        self.breakdown.getAxis("left").setTicks([[(float(i), s) for i, s in enumerate(names)], []])
         total = float(ms.sum())
         cost_stages = (cost or {}).get("stages") or {}
+        roofline = False
         for i, s in enumerate(names):
-            label = f"{s}  {ms[i]:.1f} ms ({100 * ms[i] / total:.0f}%)"
+            label = f"{ms[i]:.1f} ms ({100 * ms[i] / total:.0f}%)"
             c = cost_stages.get(s) or {}
             if c.get("pct_of_roofline") is not None:
-                label += f"  roofline {c['pct_of_roofline']:.0f}%"
+                roofline = True
+                label += f" · roofline {c['pct_of_roofline']:.0f}%"
                 if c.get("bound"):
                     label += f" ({c['bound']})"
             text = pg.TextItem(label, color=(20, 20, 20), anchor=(0, 0.5))
-            text.setPos(0, i)
+            text.setPos(float(ms[i]), i)  # right of its bar: never over a coloured bar
             self.breakdown.addItem(text)
             self._breakdown_items.append(text)
         self.breakdown.setYRange(-0.6, len(names) - 0.4, padding=0)
-        self.breakdown.setXRange(0, float(ms.max()) * 1.05, padding=0)
+        room = LABEL_ROOM_ROOFLINE if roofline else LABEL_ROOM
+        self.breakdown.setXRange(0, float(ms.max()) * room, padding=0)
         self._fit_height(len(names))
 
     def _fit_height(self, stages: int) -> None:
@@ -452,6 +469,23 @@ class ChartsPanel(QWidget):
 
     def _draw_breakdown(self) -> None:
         self.set_breakdown(self.stage_totals())
+
+    def _clip_cold(self, report: dict[str, Any]) -> None:
+        """Scale the stage axis to the warm batches when a cold run dwarfs them, and label the cold bar."""
+        warm = [sum((b.get("stage_ms") or {}).values()) for r in report.get("runs") or [] if not r.get("cold")
+                for b in r.get("batches") or []]
+        cold = [(float(r.get("start_s", 0.0)), sum((b.get("stage_ms") or {}).values()))
+                for r in report.get("runs") or [] if r.get("cold") for b in r.get("batches") or []]
+        if not warm or not cold or max(h for _, h in cold) < COLD_CLIP_RATIO * max(warm):
+            return
+        self._stage_top = max(warm) * WARM_HEADROOM
+        self.stage_plot.setYRange(0, self._stage_top, padding=0)
+        start, height = max(cold, key=lambda c: c[1])
+        self._cold_label.setText(f"cold run: {height:.0f} ms (clipped); warm batches {np.median(warm):.1f} ms")
+        self._cold_label.setPos(start, self._stage_top)
+        if self._cold_label.scene() is None:
+            self.stage_plot.addItem(self._cold_label, ignoreBounds=True)
+        self._marker_items.append(self._cold_label)  # removed with the runs
 
     # -- config markers -------------------------------------------------------------------------------------
     def mark(self, t: float, label: str) -> None:
@@ -502,6 +536,9 @@ class ChartsPanel(QWidget):
                 if arr.ndim == 1 and len(arr) == len(snap["t"]):
                     snap[k] = arr
             self.show_telemetry(snap, 0.0)
+            if self.gpu:  # say it is not this machine's GPU
+                self.mode_label.setText(f"Replay: telemetry recorded with the report on {self.static.get('name')} "
+                                        f"({len(snap['t'])} samples), not live from this machine.")
         else:
             self.set_static({}, {"gpu_busy_pct": "the report has no telemetry"})
         offset = 0.0
@@ -517,6 +554,7 @@ class ChartsPanel(QWidget):
                 previous = cfg or previous
             offset = start + float(run.get("wall_ms", 0.0)) / 1e3
         self._draw_stage_bars()
+        self._clip_cold(report)
         from engine.report import stage_ms
 
         self.set_breakdown(stage_ms(report) or self.stage_totals(last_run=False), report.get("cost"))

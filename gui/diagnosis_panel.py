@@ -9,11 +9,10 @@ change. The what-if projects the report's per-stage times onto a GPU from ``engi
 from __future__ import annotations
 
 import math
-import textwrap
 from typing import Any
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor, QFont, QIcon, QPainter, QPixmap
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QIcon, QPainter, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -39,7 +38,10 @@ SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 UNKNOWN_SEVERITY_COLOUR = "#808080"
 ICON_SIZE = 14
 TABLE_SLACK_PX = 4  # the what-if table's height beyond its rows (no scroll bar for a pixel)
-WRAP_CHARS = 100  # suggestions wrap at this many characters (tree rows do not wrap by themselves)
+#: tree rows do not wrap by themselves: long texts are wrapped to the column's width in pixels, less this
+WRAP_MARGIN_PX = 28
+RAW_TEXT_ROLE = Qt.ItemDataRole.UserRole + 1  # the unwrapped text of a wrapped row
+MIN_WRAP_PX = 240  # narrower than this (a hidden or squeezed panel) rows stay one line
 #: the GPU the what-if shows first: the card the design's problem is about, unless the report ran on it
 PREFERRED_TARGETS = ("Tesla T4", "A100 80GB SXM")
 NO_FINDINGS = "no findings: nothing in this report looks wrong to the rules"
@@ -78,6 +80,23 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
+def wrap_to_width(text: str, metrics: QFontMetrics, width_px: int) -> str:
+    """``text`` with newlines between words so that no line is wider than ``width_px`` (a long word stays whole)."""
+    if width_px <= 0:
+        return text
+    lines: list[str] = []
+    line = ""
+    for word in text.split():
+        candidate = f"{line} {word}" if line else word
+        if line and metrics.horizontalAdvance(candidate) > width_px:
+            lines.append(line)
+            line = word
+        else:
+            line = candidate
+    lines.append(line)
+    return "\n".join(lines)
+
+
 def _ms(value: float | None) -> str:
     if value is None:
         return "—"
@@ -102,6 +121,7 @@ class DiagnosisPanel(QWidget):
         self.findings.setWordWrap(True)
         self.findings.setUniformRowHeights(False)
         self.findings.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.findings.header().sectionResized.connect(lambda *_: self._rewrap())
         findings_box = QGroupBox("Findings")
         QVBoxLayout(findings_box).addWidget(self.findings)
 
@@ -185,7 +205,8 @@ class DiagnosisPanel(QWidget):
         for i, finding in enumerate(findings):
             severity = str(finding.get("severity", "info"))
             title = str(finding.get("title", finding.get("rule", "?")))
-            top = QTreeWidgetItem([textwrap.fill(title, WRAP_CHARS), severity, str(finding.get("stage") or "")])
+            top = QTreeWidgetItem([title, severity, str(finding.get("stage") or "")])
+            top.setData(0, RAW_TEXT_ROLE, title)
             top.setIcon(0, severity_icon(severity))
             top.setForeground(1, QColor(SEVERITY_COLOURS.get(severity, UNKNOWN_SEVERITY_COLOUR)))
             top.setFont(0, bold)
@@ -197,8 +218,9 @@ class DiagnosisPanel(QWidget):
                     ev.addChild(QTreeWidgetItem([f"{key.replace('_', ' ')}: {format_value(value)}"]))
                 top.addChild(ev)
             if finding.get("suggestion"):
-                text = textwrap.fill(f"suggested change: {finding['suggestion']}", WRAP_CHARS)
+                text = f"suggested change: {finding['suggestion']}"
                 tip = QTreeWidgetItem([text])
+                tip.setData(0, RAW_TEXT_ROLE, text)
                 tip.setToolTip(0, str(finding["suggestion"]))
                 top.addChild(tip)
                 tip.setFirstColumnSpanned(True)
@@ -207,6 +229,26 @@ class DiagnosisPanel(QWidget):
                 top.setExpanded(True)
                 for j in range(top.childCount()):
                     top.child(j).setExpanded(True)
+        self._rewrap()
+
+    def showEvent(self, event: Any) -> None:  # noqa: N802 (Qt name)
+        super().showEvent(event)
+        self._rewrap()  # wrapped for the width it has now that it is shown
+
+    def _rewrap(self) -> None:
+        """Wrap the long rows (titles, suggestions) to the finding column's current width."""
+        tree = self.findings
+        for i in range(tree.topLevelItemCount()):
+            top = tree.topLevelItem(i)
+            for item, depth in [(top, 0)] + [(top.child(j), 1) for j in range(top.childCount())]:
+                raw = item.data(0, RAW_TEXT_ROLE)
+                if not raw:
+                    continue
+                room = tree.columnWidth(0) - tree.indentation() * (depth + 1) - ICON_SIZE - WRAP_MARGIN_PX
+                if item.isFirstColumnSpanned():
+                    room = tree.viewport().width() - tree.indentation() * (depth + 1) - WRAP_MARGIN_PX
+                fits = room >= MIN_WRAP_PX and tree.isVisible()
+                item.setText(0, wrap_to_width(raw, QFontMetrics(item.font(0)), room) if fits else raw)
 
     def finding_titles(self) -> list[str]:
         """Titles in the order shown."""

@@ -9,6 +9,7 @@ from that fp32 run (from the report's accuracy block, or computed from both runs
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,13 @@ PLOT_PADDING = 0.15  # share of the data range left above and below the points
 MIN_AJ_SPAN = 0.05  # the AJ axis spans at least this much
 MIN_PX_SPAN = 0.5  # px axis height when every run matches fp32 exactly
 LABEL_ROOM = 1.25  # the x range reaches this factor past the slowest run, room for its label
+LABEL_GAP_PX = 7  # a point's label keeps this far from its dot
+MARKER_HALF_PX = SYMBOL_SIZE / 2 + 1  # labels keep off every dot
+TABLE_MAX_SHARE = 0.5  # the table never takes more of the height than this
+TABLE_SLACK_PX = 24  # room for a horizontal scroll bar under the rows
+NEAR_SPOTS = 8  # the first spots tried touch the dot; a label further away gets a leader line
+#: columns hidden (and named once above the table) when every row has the same value
+CONSTANT_COLUMNS = ("tracker", "device", "points/batch", "frames/batch", "runs")
 _MEMORY_TIPS = {"device peak": "peak allocated device memory (torch allocator)",
                 "process RSS": "largest resident memory of the whole process (telemetry): no device allocator",
                 "": "not measured (no allocator stats and no telemetry)"}
@@ -177,6 +185,11 @@ class TradeoffPanel(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.rows: dict[tuple, TradeoffRow] = {}  # insertion order = first time a config was seen
+        self._labels: list[tuple[pg.TextItem, float, float]] = []  # (label, log10 ms, y) of each plotted point
+        self._leaders: list[pg.PlotCurveItem] = []  # lines to labels placed away from their dot
+        self.common = QLabel("")
+        self.common.setWordWrap(True)
+        self.common.hide()
 
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
@@ -196,15 +209,23 @@ class TradeoffPanel(QWidget):
         self.plot.setLabel("bottom", "ms per run (log scale)")
         self.plot.setMenuEnabled(False)
         self.plot.getAxis("left").enableAutoSIPrefix(False)
+        self.plot.getViewBox().sigResized.connect(self._place_labels)
         self.legend = self.plot.addLegend(offset=(10, 10), brush=pg.mkBrush(255, 255, 255, 220), pen=pg.mkPen("k"),
                                           labelTextColor="k")
         self.note = QLabel("")
         self.note.setStyleSheet("color: gray;")
         self.note.setWordWrap(True)
 
-        splitter = QSplitter(Qt.Orientation.Vertical)
-        splitter.addWidget(self.table)
+        table_box = QWidget()
+        table_layout = QVBoxLayout(table_box)
+        table_layout.setContentsMargins(0, 0, 0, 0)
+        table_layout.addWidget(self.common)
+        table_layout.addWidget(self.table)
+        self.splitter = splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.addWidget(table_box)
         splitter.addWidget(self.plot)
+        self._user_split = False  # the user dragged the splitter: keep their sizes
+        splitter.splitterMoved.connect(lambda *_: setattr(self, "_user_split", True))
         splitter.setStretchFactor(0, 1)
         splitter.setStretchFactor(1, 1)
         layout = QVBoxLayout(self)
@@ -274,6 +295,23 @@ class TradeoffPanel(QWidget):
         self._compare()
         self._fill_table()
         self._draw_scatter()
+        self._size_splitter()
+
+    def resizeEvent(self, event: Any) -> None:  # noqa: N802 (Qt name)
+        super().resizeEvent(event)
+        self._size_splitter()
+
+    def _size_splitter(self) -> None:
+        """The table as tall as its rows (at most TABLE_MAX_SHARE of the height); the scatter gets the rest."""
+        total = self.splitter.height()
+        if self._user_split or total <= 0:
+            return
+        table = self.table
+        rows = sum(table.rowHeight(r) for r in range(table.rowCount())) or table.verticalHeader().defaultSectionSize()
+        need = (table.horizontalHeader().height() + rows + 2 * table.frameWidth() + TABLE_SLACK_PX
+                + (self.common.sizeHint().height() if not self.common.isHidden() else 0))
+        top = int(min(need, total * TABLE_MAX_SHARE))
+        self.splitter.setSizes([top, total - top])
 
     def _fill_table(self) -> None:
         self.table.setSortingEnabled(False)
@@ -310,6 +348,24 @@ class TradeoffPanel(QWidget):
                     item.setForeground(pg.mkColor(PRECISION_COLOURS.get(row.precision, OTHER_COLOUR)))
                 self.table.setItem(r, c, item)
         self.table.setSortingEnabled(True)
+        self._hide_constant_columns()
+
+    def _hide_constant_columns(self) -> None:
+        """With two rows or more, a column that is the same in every row is said once above the table."""
+        common = []
+        for name in CONSTANT_COLUMNS:
+            c = COL[name]
+            values = {self.table.item(r, c).text() for r in range(self.table.rowCount())}
+            constant = self.table.rowCount() > 1 and len(values) == 1
+            self.table.setColumnHidden(c, constant)
+            if constant:
+                common.append((name, values.pop()))
+        parts = {name: value for name, value in common}
+        who = " on ".join(f"<b>{html.escape(parts.pop(k))}</b>" for k in ("tracker", "device") if k in parts)
+        words = ([who] if who else []) + [f"{value} {name}" if name != "runs" else f"{value} runs each"
+                                          for name, value in parts.items()]
+        self.common.setText("Every row: " + ", ".join(words) if words else "")
+        self.common.setVisible(bool(words))
 
     def accuracy_axis(self) -> str:
         """'aj' when any row has AJ against ground truth, else 'px'."""
@@ -317,6 +373,8 @@ class TradeoffPanel(QWidget):
 
     def _draw_scatter(self) -> None:
         self.plot.clear()
+        self._labels = []
+        self._leaders = []
         self.legend.clear()
         axis = self.accuracy_axis()
         self.plot.setLabel("left", "AJ vs ground truth (higher is better)" if axis == "aj"
@@ -329,7 +387,9 @@ class TradeoffPanel(QWidget):
                 skipped += 1
                 continue
             by_precision.setdefault(row.precision, []).append(row)
-        for precision, rows in by_precision.items():
+        order = list(PRECISION_COLOURS)
+        for precision, rows in sorted(by_precision.items(),
+                                      key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)):
             colour = PRECISION_COLOURS.get(precision, OTHER_COLOUR)
             xs = np.array([r.ms for r in rows])
             ys = np.array([r.aj if axis == "aj" else r.px_vs_fp32 for r in rows])
@@ -348,18 +408,61 @@ class TradeoffPanel(QWidget):
             all_y = [r.aj if axis == "aj" else r.px_vs_fp32 for rows in by_precision.values() for r in rows]
             self.plot.getAxis("bottom").setTicks([_nice_ticks(min(all_ms), max(all_ms))])
             self._set_ranges(axis, all_ms, all_y)
+            self._place_labels()
 
     def _draw_labels(self, axis: str, rows: list[TradeoffRow]) -> None:
-        """A label per point (only the fields that vary); neighbours alternate above and below their point."""
+        """A label per point (only the fields that vary), placed where it covers no dot and no other label."""
         vary_p = len({r.points_per_batch for r in rows}) > 1
         vary_f = len({r.frames_per_batch for r in rows}) > 1
-        for i, r in enumerate(sorted(rows, key=lambda r: r.ms)):
+        self._labels = []
+        for r in sorted(rows, key=lambda r: r.ms):
             text = r.precision + (f" p{r.points_per_batch}" if vary_p else "") + (f" f{r.frames_per_batch}"
                                                                                    if vary_f else "")
-            item = pg.TextItem(text, color=PRECISION_COLOURS.get(r.precision, OTHER_COLOUR),
-                               anchor=(0, 1) if i % 2 == 0 else (0, 0))
-            item.setPos(float(np.log10(r.ms)), float(r.aj if axis == "aj" else r.px_vs_fp32))
+            item = pg.TextItem(text, color=PRECISION_COLOURS.get(r.precision, OTHER_COLOUR), anchor=(0, 0))
             self.plot.addItem(item)
+            self._labels.append((item, float(np.log10(r.ms)), float(r.aj if axis == "aj" else r.px_vs_fp32)))
+
+    def _place_labels(self, *_: Any) -> None:
+        """Greedy placement in screen pixels: the first spot around its dot that overlaps nothing placed."""
+        vb = self.plot.getViewBox()
+        width, height = vb.width(), vb.height()
+        if not self._labels or width < 10 or height < 10:
+            return
+        (x0, x1), (y0, y1) = vb.viewRange()
+
+        def to_px(x: float, y: float) -> tuple[float, float]:
+            return (x - x0) / (x1 - x0) * width, (y1 - y) / (y1 - y0) * height
+
+        for line in self._leaders:
+            self.plot.removeItem(line)
+        self._leaders = []
+        dots = [to_px(x, y) for _, x, y in self._labels]
+        taken = [(px - MARKER_HALF_PX, py - MARKER_HALF_PX, px + MARKER_HALF_PX, py + MARKER_HALF_PX)
+                 for px, py in dots]
+        for (item, x, y), (px, py) in zip(self._labels, dots):
+            box = item.textItem.boundingRect()
+            tw, th = box.width(), box.height()
+            g = LABEL_GAP_PX
+            spots = [(g, -th / 2), (g, -th), (g, 0), (-tw - g, -th / 2), (-tw / 2, -th - g), (-tw / 2, g),
+                     (-tw - g, -th), (-tw - g, 0)]
+            spots += [(g, -th / 2 + k * th * sign) for k in (1.5, 2.5, 3.5) for sign in (-1, 1)]
+            best = spots[0]
+            for dx, dy in spots:
+                rect = (px + dx, py + dy, px + dx + tw, py + dy + th)
+                inside = rect[0] >= 0 and rect[1] >= 0 and rect[2] <= width and rect[3] <= height
+                if inside and not any(_overlap(rect, other) for other in taken):
+                    best = (dx, dy)
+                    break
+            left, top = px + best[0], py + best[1]
+            taken.append((left, top, left + tw, top + th))
+            item.setPos(x0 + left / width * (x1 - x0), y1 - top / height * (y1 - y0))
+            if spots.index(best) >= NEAR_SPOTS:  # far from its dot: a thin line says whose label it is
+                end_x = left if left > px else left + tw
+                end = (x0 + end_x / width * (x1 - x0), y1 - (top + th / 2) / height * (y1 - y0))
+                colour = item.textItem.defaultTextColor()
+                line = pg.PlotCurveItem([x, end[0]], [y, end[1]], pen=pg.mkPen(colour, width=1))
+                self.plot.addItem(line, ignoreBounds=True)
+                self._leaders.append(line)
 
     def _set_ranges(self, axis: str, all_ms: list[float], all_y: list[float]) -> None:
         """Fixed ranges: every point and its label inside, never a sliver of a range when values tie."""
@@ -373,6 +476,11 @@ class TradeoffPanel(QWidget):
         x_lo = np.log10(min(all_ms) / TICK_MARGIN)
         x_hi = np.log10(max(all_ms) * TICK_MARGIN * LABEL_ROOM)
         self.plot.getViewBox().setRange(xRange=(x_lo, x_hi), yRange=(y_lo, y_hi), padding=0)
+
+
+def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
+    """Whether two (left, top, right, bottom) rectangles overlap."""
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
 
 def _nice_ticks(lo: float, hi: float) -> list[tuple[float, str]]:

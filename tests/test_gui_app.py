@@ -52,3 +52,36 @@ def test_cli_replays_report(tmp_path):
 def test_cli_missing_file_is_a_usage_error(tmp_path):
     out = _gui([str(tmp_path / "nope.mp4")], tmp_path)
     assert out.returncode == 2 and "nope.mp4" in out.stderr
+
+
+def _clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """What a login without a desktop has: no DISPLAY, no WAYLAND_DISPLAY, no QT_QPA_PLATFORM."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "PYTHONPATH": str(ROOT),
+            "XDG_CONFIG_HOME": str(tmp_path / "config"), "TRACKSCOPE_NO_NVML": "1", **extra}
+
+
+def test_no_display_is_a_one_line_usage_error(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "engine.cli"], cwd=ROOT, env=_clean_env(tmp_path),
+                         capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert out.returncode == 2, out.stderr[-2000:]  # not a Qt abort (-6)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no display" in lines[0] and "xvfb-run" in lines[0], out.stderr
+    assert "qt.qpa" not in out.stderr
+
+
+def test_display_without_x_server_is_a_usage_error(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "engine.cli", "gui"], cwd=ROOT,
+                         env=_clean_env(tmp_path, DISPLAY=":4711"), capture_output=True, text=True,
+                         timeout=TIMEOUT_S)
+    assert out.returncode == 2 and ":4711" in out.stderr, out.stderr[-2000:]
+
+
+def test_display_problem_rules():
+    from gui.app import display_problem
+
+    assert display_problem({}, "linux") is not None
+    assert display_problem({"QT_QPA_PLATFORM": "offscreen"}, "linux") is None
+    assert display_problem({"WAYLAND_DISPLAY": "wayland-0"}, "linux") is None
+    assert display_problem({"QT_QPA_PLATFORM": "wayland"}, "linux") is not None
+    assert display_problem({"DISPLAY": "remotehost:10.0"}, "linux") is None  # remote: Qt decides
+    assert display_problem({}, "darwin") is None and display_problem({}, "win32") is None

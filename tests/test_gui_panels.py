@@ -368,3 +368,72 @@ def test_ab_clicking_a_point_in_a_view_selects_it(qtbot, ab_view, ab_runs):
     far = ab_view.canvas.mapFromScene(ab_view.side_b.plot.getViewBox().mapViewToScene(QPointF(*map(float, empty))))
     with qtbot.assertNotEmitted(ab_view.pointSelected):
         qtbot.mouseClick(ab_view.canvas.viewport(), Qt.MouseButton.LeftButton, pos=far)
+
+
+# -- layout checks from the screenshots ----------------------------------------------------------------
+def test_ab_titles_elide_and_layout_follows_the_shape(qtbot, ab_runs):
+    frames, a, b = ab_runs
+    long_a = RunData("corrtrack fp32 p256 f16 " + "x" * 80, a.config, a.queries, a.tracks, a.visible)
+    view = ABView()
+    qtbot.addWidget(view)
+    view.set_frames(frames)
+    view.set_runs(long_a, b)
+    view.resize(1400, 700)  # wide: list beside, A beside B
+    view.show()
+    qtbot.waitUntil(lambda: view.splitter.orientation() == Qt.Orientation.Horizontal and not view.stacked)
+    title_a, title_b = view.titles()
+    assert title_a.startswith("A: corrtrack") and "…" in title_a and title_b == f"B: {b.label}"
+    width_a = view.side_a.plot.geometry().width()
+    assert abs(width_a - view.side_b.plot.geometry().width()) < 2  # the long title does not widen A
+    view.resize(600, 700)  # narrow (both docks open): the list goes below the views
+    qtbot.waitUntil(lambda: view.splitter.orientation() == Qt.Orientation.Vertical)
+    assert not view.stacked and view.canvas.height() > view.table.height()
+    view.resize(1200, 1600)  # tall canvas: A above B draws the frames larger
+    qtbot.waitUntil(lambda: view.stacked)
+    (x0, x1), _ = view.side_a.plot.getViewBox().viewRange()
+    assert x0 == pytest.approx(-0.5, abs=1.0) and x1 == pytest.approx(SIZE - 0.5, abs=1.0)  # refit to the frame
+
+
+def test_tradeoff_names_shared_columns_once(qtbot):
+    panel = TradeoffPanel()
+    qtbot.addWidget(panel)
+    for precision, ms in (("fp32", 13.3), ("bf16", 6.1)):
+        panel.add_report(make_report(precision, ms))
+    hidden = {name for name, c in COL.items() if panel.table.isColumnHidden(c)}
+    assert hidden == {"tracker", "device", "points/batch", "frames/batch", "runs"}
+    assert "corrtrack" in panel.common.text() and "NVIDIA H200" in panel.common.text()
+    panel.add_report(make_report("fp32", 20.0, device="Tesla T4"))
+    assert not panel.table.isColumnHidden(COL["device"]) and "T4" not in panel.common.text()
+
+
+def test_tradeoff_labels_do_not_overlap(qtbot):
+    panel = TradeoffPanel()
+    qtbot.addWidget(panel)
+    for precision, ms in (("fp32", 13.3), ("tf32", 6.37), ("fp16", 6.41), ("bf16", 6.14)):
+        report = make_report(precision, ms)
+        report["accuracy"] = {"vs": "ground truth", "aj": 0.684}
+        panel.add_report(report)
+    panel.resize(700, 500)
+    panel.show()
+    qtbot.waitUntil(lambda: panel.plot.getViewBox().width() > 100)
+    panel._place_labels()
+    qtbot.wait(100)  # the view's transform updates lazily
+    rects = [item.mapRectToScene(item.boundingRect()) for item, _, _ in panel._labels]
+    assert len(rects) == 4
+    assert not any(rects[i].intersects(rects[j]) for i in range(4) for j in range(i + 1, 4))
+
+
+def test_diagnosis_wraps_long_findings_to_the_column(qtbot, h200_report):
+    panel = DiagnosisPanel()
+    qtbot.addWidget(panel)
+    report = copy.deepcopy(h200_report)
+    report["findings"][0]["title"] = "a very long finding title " * 8
+    panel.set_report(report)
+    panel.resize(700, 600)
+    panel.show()
+    qtbot.waitExposed(panel)
+    top = panel.findings.topLevelItem(0)
+    text = top.text(0)
+    assert "\n" in text and text.replace("\n", " ") == report["findings"][0]["title"].strip()
+    widest = max(panel.findings.fontMetrics().horizontalAdvance(line) for line in text.splitlines())
+    assert widest <= panel.findings.columnWidth(0)

@@ -300,3 +300,22 @@ def test_click_on_video_adds_query_on_current_frame(qtbot, settings):
     t, x, y = w.queries[0]
     assert t == 3 and abs(x - 20) < 1.0 and abs(y - 30) < 1.0
     w.close()
+
+
+def test_charts_breakdown_names_stages_and_replay_clips_cold_run(qtbot):
+    charts = ChartsPanel()
+    qtbot.addWidget(charts)
+    charts.set_static({}, {"gpu_busy_pct": "no NVIDIA driver"})
+    assert not charts.util.legend.isVisible()  # one curve: its title names it
+    assert "no GPU" in charts.util.titleLabel.text
+    runs = [{"cold": i == 0, "start_s": 0.4 * i, "wall_ms": 300.0 if i == 0 else 6.0,
+             "batches": [{"t": 0.3 if i == 0 else 0.006, "wall_ms": 300.0 if i == 0 else 6.0,
+                          "stage_ms": {"backbone": 250.0 if i == 0 else 2.0, "refine": 40.0 if i == 0 else 3.0}}]}
+            for i in range(4)]
+    charts.show_report({"stages": ["backbone", "refine"], "runs": runs, "telemetry": None})
+    ticks = charts.breakdown.getAxis("left")._tickLevels[0]
+    assert [name for _, name in ticks] == ["backbone", "refine"]
+    texts = [i.textItem.toPlainText() for i in charts._breakdown_items[1:]]
+    assert all(not t.startswith(("backbone", "refine")) for t in texts)  # values only: names are on the axis
+    assert charts.stage_plot.viewRange()[1][1] < 50  # scaled to the warm batches, not the 290 ms cold one
+    assert "cold run: 290 ms" in charts._cold_label.textItem.toPlainText()
