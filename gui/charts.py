@@ -18,7 +18,8 @@ from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from engine.config import RunConfig
 
-POLL_HZ = 10.0
+POLL_HZ = 5.0  # paint rate; the sampler's data rate (10 Hz) is independent of it
+RSS_HEADROOM = 1.2  # the process-memory axis is set this far above the peak, and moved only when outgrown
 STAGE_PLOT_TITLE = "Stage time per batch (colours: stages, named below)"
 BREAKDOWN_AXIS_PX = 100  # the breakdown names its stages on its left axis
 #: the breakdown's x range reaches past the longest bar by these factors: room for its value label
@@ -31,7 +32,7 @@ TIME_PLOT_MIN_PX = 90  # the charts scroll rather than squeeze a plot below this
 STAGE_PLOT_MIN_PX = 170  # the stage bars need more height than a telemetry curve
 BREAKDOWN_ROW_PX = 20  # height per stage in the breakdown
 BREAKDOWN_EXTRA_PX = 60  # title and axis of the breakdown
-BREAKDOWN_MS = 500  # the per-stage breakdown redraws at most this often during a run
+BREAKDOWN_MS = 2000  # the per-stage breakdown redraws at most this often during a run (each redraw ~4 ms)
 WINDOW_S = 60.0  # seconds of telemetry shown while live
 LEAD_S = 2.0  # seconds shown before the first run's start
 MIN_SPAN_S = 10.0  # the live time axis spans at least this
@@ -166,6 +167,11 @@ class ChartsPanel(QWidget):
         self._breakdown_timer.setSingleShot(True)
         self._breakdown_timer.setInterval(BREAKDOWN_MS)
         self._breakdown_timer.timeout.connect(self._draw_breakdown)
+        self._bars_timer = QTimer(self)  # stage bars redraw at the paint rate, not once per batch
+        self._bars_timer.setSingleShot(True)
+        self._bars_timer.setInterval(int(1000 / POLL_HZ))
+        self._bars_timer.timeout.connect(self._draw_stage_bars)
+        self._rss_top = 0.0
         self._timer = QTimer(self)
         self._timer.setInterval(int(1000 / POLL_HZ))
         self._timer.timeout.connect(self.poll)
@@ -280,6 +286,7 @@ class ChartsPanel(QWidget):
     def stop(self) -> None:
         self._timer.stop()
         self._breakdown_timer.stop()
+        self._bars_timer.stop()
 
     def set_origin(self, t0: float) -> None:
         self.origin = t0
@@ -357,7 +364,10 @@ class ChartsPanel(QWidget):
             rss = g("process_rss_bytes")
             _set(self.c_rss, x, rss)
             if rss is not None and np.isfinite(rss).any():
-                self.mem.setYRange(0, float(np.nanmax(rss)) * 1.2, padding=0)
+                peak = float(np.nanmax(rss))
+                if not (peak <= self._rss_top <= peak * RSS_HEADROOM ** 2):  # a moving range re-lays out axes
+                    self._rss_top = peak * RSS_HEADROOM
+                    self.mem.setYRange(0, self._rss_top, padding=0)
 
     def _show_reasons(self, x: np.ndarray, reasons: np.ndarray | None, clk: np.ndarray | None) -> None:
         if reasons is None or clk is None:
@@ -381,7 +391,8 @@ class ChartsPanel(QWidget):
         """One stacked bar for a batch that ended at ``t_end`` (seconds on the shared axis)."""
         self.set_stages(list(stage_ms))
         self._batches.append((t_end, wall_ms / 1e3, dict(stage_ms)))
-        self._draw_stage_bars()
+        if not self._bars_timer.isActive():
+            self._bars_timer.start()
         if not self._breakdown_timer.isActive():  # coalesced: at most every BREAKDOWN_MS
             self._breakdown_timer.start()
 
@@ -513,6 +524,7 @@ class ChartsPanel(QWidget):
         self.stages = []
         self._stage_top = 0.0
         self._breakdown_timer.stop()
+        self._bars_timer.stop()
         self._draw_stage_bars()
         self.set_breakdown({})
 

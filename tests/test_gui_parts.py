@@ -158,7 +158,8 @@ def test_charts_stage_bars_and_markers(qtbot):
     charts.mark(0.1, "corrtrack bf16 p256 f16")
     charts.add_batch(0.2, 50.0, {"backbone": 20.0, "refine": 25.0})
     assert charts.stage_totals() == {"backbone": 80.0, "refine": 55.0}
-    assert len(charts._stage_bars) == 2 and charts.markers == [(0.1, "corrtrack bf16 p256 f16")]
+    qtbot.waitUntil(lambda: len(charts._stage_bars) == 2, timeout=2000)  # drawn at the paint rate
+    assert charts.markers == [(0.1, "corrtrack bf16 p256 f16")]
     charts.set_breakdown(charts.stage_totals(), {"stages": {"backbone": {"pct_of_roofline": 41.0, "bound": "memory"}}})
     texts = [i.textItem.toPlainText() for i in charts._breakdown_items[1:]]
     assert any("roofline 41%" in t and "memory" in t for t in texts)
