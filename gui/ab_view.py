@@ -21,10 +21,8 @@ from PySide6.QtGui import QColor, QFont, QFontMetrics
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
-    QHBoxLayout,
     QHeaderView,
     QLabel,
-    QSlider,
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
@@ -37,6 +35,7 @@ from engine.metrics import Divergence, divergence, tapvid_metrics
 
 from .ab_parts import ResizeWatch, SideView
 from .model import RunData
+from .transport import Transport
 
 #: colour scale of divergence: green (agree) -> yellow -> red (far apart)
 DIVERGENCE_COLOURS = [(40, 200, 70), (240, 215, 40), (230, 40, 40)]
@@ -152,21 +151,9 @@ class ABView(QWidget):
         self._user_split = False  # the user dragged the splitter: keep their sizes
         splitter.splitterMoved.connect(lambda *_: setattr(self, "_user_split", True))
 
-        self.play_button = QToolButton(text="▶")
-        self.play_button.setToolTip("Play / pause both views")
-        self.play_button.setCheckable(True)
-        self.play_button.toggled.connect(self.set_playing)
-        back = QToolButton(text="◀|")
-        back.setToolTip("Previous frame")
-        back.clicked.connect(lambda: self.step(-1))
-        fwd = QToolButton(text="|▶")
-        fwd.setToolTip("Next frame")
-        fwd.clicked.connect(lambda: self.step(1))
-        self.slider = QSlider(Qt.Orientation.Horizontal)
-        self.slider.setRange(0, 0)
-        self.slider.valueChanged.connect(self.set_frame)
-        self.frame_label = QLabel("0 / 0")
-        self.frame_label.setMinimumWidth(70)
+        self.transport = Transport("Play / pause both views", ("Previous frame", "Next frame"), 70)
+        self.transport.connect_view(self.set_playing, self.step, self.set_frame)
+        self.play_button, self.slider = self.transport.play_button, self.transport.slider
         self.trails_box = QCheckBox("trails")
         self.trails_box.setChecked(True)
         self.trails_box.toggled.connect(lambda _: self._draw())
@@ -181,19 +168,14 @@ class ABView(QWidget):
                         "selected: ring, path in A solid cyan, in B dashed magenta")
         legend.setStyleSheet("color: gray;")
         legend.setWordWrap(True)
-        controls = QHBoxLayout()
-        for w in (self.play_button, back, fwd):
-            controls.addWidget(w)
-        controls.addWidget(self.slider, 1)
-        controls.addWidget(self.frame_label)
-        controls.addWidget(self.trails_box)
-        controls.addWidget(fit)
+        self.transport.add(self.trails_box)
+        self.transport.add(fit)
         layout = QVBoxLayout(self)
         layout.addWidget(self.summary)
         layout.addWidget(self.warning)
         layout.addWidget(splitter, 1)
         layout.addWidget(legend)
-        layout.addLayout(controls)
+        layout.addWidget(self.transport)
 
     # -- inputs ------------------------------------------------------------------------------
     @property
@@ -423,9 +405,7 @@ class ABView(QWidget):
     # -- frame, playback ---------------------------------------------------------------------
     def _update_slider(self) -> None:
         last = max(0, self.num_frames - 1)
-        self.slider.blockSignals(True)
-        self.slider.setRange(0, last)
-        self.slider.blockSignals(False)
+        self.transport.set_count(self.num_frames)
         self.set_frame(min(self.frame, last))
 
     def set_frame(self, t: int) -> None:
@@ -433,11 +413,7 @@ class ABView(QWidget):
         t = int(np.clip(t, 0, max(0, self.num_frames - 1)))
         changed = t != self.frame
         self.frame = t
-        if self.slider.value() != t:
-            self.slider.blockSignals(True)
-            self.slider.setValue(t)
-            self.slider.blockSignals(False)
-        self.frame_label.setText(f"{t + 1 if self.num_frames else 0} / {self.num_frames}")
+        self.transport.show_frame(t, self.num_frames)
         self._draw()
         if changed:
             self.frameChanged.emit(t)
@@ -451,10 +427,7 @@ class ABView(QWidget):
             self._timer.start()
         else:
             self._timer.stop()
-        self.play_button.blockSignals(True)
-        self.play_button.setChecked(self._timer.isActive())
-        self.play_button.setText("⏸" if self._timer.isActive() else "▶")
-        self.play_button.blockSignals(False)
+        self.transport.show_playing(self._timer.isActive())
 
     def _advance(self) -> None:
         self.set_frame((self.frame + 1) % max(1, self.num_frames))

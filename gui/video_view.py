@@ -13,13 +13,12 @@ from PySide6.QtCore import QLineF, QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QPainter, QPen, QPixmap
 from PySide6.QtWidgets import (
     QComboBox,
-    QHBoxLayout,
-    QLabel,
-    QSlider,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
+
+from .transport import Transport
 
 #: colours per track, cycled (a qualitative palette that reads on video)
 PALETTE = [
@@ -228,21 +227,9 @@ class VideoView(QWidget):
             self.plot.addItem(item)
         self.plot.scene().sigMouseClicked.connect(self._on_click)
 
-        self.play_button = QToolButton(text="▶")
-        self.play_button.setToolTip("Play / pause (Space)")
-        self.play_button.setCheckable(True)
-        self.play_button.toggled.connect(self.set_playing)
-        back = QToolButton(text="◀|")
-        back.setToolTip("Previous frame (,)")
-        back.clicked.connect(lambda: self.step(-1))
-        fwd = QToolButton(text="|▶")
-        fwd.setToolTip("Next frame (.)")
-        fwd.clicked.connect(lambda: self.step(1))
-        self.slider = QSlider(Qt.Orientation.Horizontal)
-        self.slider.setRange(0, 0)
-        self.slider.valueChanged.connect(self.set_frame)
-        self.frame_label = QLabel("0 / 0")
-        self.frame_label.setMinimumWidth(80)
+        self.transport = Transport("Play / pause (Space)", ("Previous frame (,)", "Next frame (.)"), 80)
+        self.transport.connect_view(self.set_playing, self.step, self.set_frame)
+        self.play_button, self.slider = self.transport.play_button, self.transport.slider
         self.speed = QComboBox()
         for s in SPEEDS:
             self.speed.addItem(f"{s:g}x", s)
@@ -253,17 +240,12 @@ class VideoView(QWidget):
         fit.setToolTip("Reset zoom (wheel zooms, drag pans)")
         fit.clicked.connect(self.fit)
 
-        controls = QHBoxLayout()
-        for w in (self.play_button, back, fwd):
-            controls.addWidget(w)
-        controls.addWidget(self.slider, 1)
-        controls.addWidget(self.frame_label)
-        controls.addWidget(self.speed)
-        controls.addWidget(fit)
+        self.transport.add(self.speed)
+        self.transport.add(fit)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.plot, 1)
-        layout.addLayout(controls)
+        layout.addWidget(self.transport)
 
         self._timer = QTimer(self)
         self._timer.setTimerType(Qt.TimerType.PreciseTimer)
@@ -283,10 +265,8 @@ class VideoView(QWidget):
         self.query_markers.set_bounds(QRectF(-0.5, -0.5, w, h))
         self.tracks = self.visible = None
         self.queries = np.zeros((0, 3), np.float32)
-        self.slider.blockSignals(True)
-        self.slider.setRange(0, t - 1)
-        self.slider.setValue(0)
-        self.slider.blockSignals(False)
+        self.transport.set_count(t)
+        self.transport.show_frame(0, t)
         self.frame = 0
         self._update_interval()
         self.fit()
@@ -316,10 +296,7 @@ class VideoView(QWidget):
             return
         index = int(np.clip(index, 0, self.num_frames - 1))
         self.frame = index
-        if self.slider.value() != index:
-            self.slider.blockSignals(True)
-            self.slider.setValue(index)
-            self.slider.blockSignals(False)
+        self.transport.show_frame(index, self.num_frames)
         self.redraw()
         self.frame_changed.emit(index)
 
@@ -331,9 +308,7 @@ class VideoView(QWidget):
             self._timer.start()
         else:
             self._timer.stop()
-        if self.play_button.isChecked() != playing:
-            self.play_button.setChecked(playing)
-        self.play_button.setText("⏸" if playing else "▶")
+        self.transport.show_playing(self.playing)
 
     @property
     def playing(self) -> bool:
@@ -366,7 +341,6 @@ class VideoView(QWidget):
             return
         t = self.frame
         self.image.setImage(self.frames[t], levels=(0, 255), autoLevels=False)
-        self.frame_label.setText(f"{t + 1} / {self.num_frames}")
         self._draw_tracks(t)
         q = self.queries
         self.query_markers.set_queries(q[np.round(q[:, 0]) == t, 1:])
