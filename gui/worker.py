@@ -16,6 +16,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from engine.config import RunConfig
 from engine.session import BatchDone, Failed, Finished, Session, Started
+from engine.trackers import TrackerCache
 
 #: how long closing the window waits for the worker thread to end, ms
 SHUTDOWN_WAIT_MS = 10_000
@@ -38,8 +39,10 @@ class SessionWorker(QObject):
 
     def __init__(self, frames: np.ndarray, queries: np.ndarray, config: RunConfig, loop: bool = False,
                  session_factory: Callable[..., Session] = Session, video_info: dict[str, Any] | None = None,
-                 telemetry: Any = None, ground_truth: dict[str, np.ndarray] | None = None):
+                 telemetry: Any = None, ground_truth: dict[str, np.ndarray] | None = None,
+                 tracker_loader: Callable[[str], Any] | None = None):
         super().__init__()
+        self._tracker_loader = tracker_loader
         self._frames = frames
         self._queries = queries
         self._config = config
@@ -89,7 +92,7 @@ class SessionWorker(QObject):
             while not self._stop.is_set():
                 with self._lock:
                     session = self._factory(self._frames, self._queries, self._config,
-                                            video_info=self._video_info)
+                                            video_info=self._video_info, tracker_loader=self._tracker_loader)
                     self._session = session
                 ok = self._drive(session)
                 with self._lock:
@@ -158,6 +161,7 @@ class RunController(QObject):
     def __init__(self, parent: QObject | None = None, session_factory: Callable[..., Session] = Session):
         super().__init__(parent)
         self._factory = session_factory
+        self.trackers = TrackerCache()  # loaded once, reused by every run and loop of this window
         self._thread: QThread | None = None
         self._worker: SessionWorker | None = None
         self.loop = False
@@ -175,7 +179,8 @@ class RunController(QObject):
         """
         self.shutdown()
         worker = SessionWorker(frames, queries, config, loop=self.loop, session_factory=self._factory,
-                               video_info=video_info, telemetry=telemetry, ground_truth=ground_truth)
+                               video_info=video_info, telemetry=telemetry, ground_truth=ground_truth,
+                               tracker_loader=self.trackers)
         thread = QThread()
         thread.setObjectName("trackscope-worker")
         worker.moveToThread(thread)

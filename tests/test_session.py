@@ -117,3 +117,26 @@ def test_cold_then_warm():
     second = [e for e in Session(moving_square_video(), _queries(5), cfg,
                                  tracker=ConstantVelocityTracker()).events() if isinstance(e, BatchDone)]
     assert first[0].cold and not second[0].cold
+
+
+def test_tracker_cache_reuses_loaded_trackers_across_sessions():
+    from engine.trackers import TrackerCache
+
+    loads = []
+
+    def loader(name):
+        loads.append(name)
+        if name == "broken":
+            raise RuntimeError("cannot load")
+        return ConstantVelocityTracker()
+
+    cache = TrackerCache(loader)
+    cfg = RunConfig(tracker="constvel", device="cpu")
+    first = Session(moving_square_video(), _queries(2), cfg, tracker_loader=cache).run()
+    second = Session(moving_square_video(), _queries(2), cfg, tracker_loader=cache).run()
+    assert isinstance(first, Finished) and isinstance(second, Finished)
+    assert loads == ["constvel"] and cache("constvel") is cache("constvel")
+    for _ in range(2):
+        with pytest.raises(RuntimeError):
+            cache("broken")
+    assert loads == ["constvel", "broken", "broken"]  # a failed load is not kept

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import threading
 from importlib import metadata
 from typing import Callable
 
@@ -70,3 +71,26 @@ def load_tracker(name: str) -> Tracker:
     from .plugin import wrap_plugin
 
     return wrap_plugin(name, factory)
+
+
+class TrackerCache:
+    """Loaded trackers by name, kept between runs (weights loaded, CUDA graphs captured once).
+
+    Callable as a Session's ``tracker_loader``. Thread-safe; a tracker that fails to load is not kept.
+    """
+
+    def __init__(self, loader: Callable[[str], Tracker] = load_tracker):
+        self._loader = loader
+        self._trackers: dict[str, Tracker] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, name: str) -> Tracker:
+        with self._lock:
+            tracker = self._trackers.get(name)
+            if tracker is None:
+                tracker = self._trackers[name] = self._loader(name)
+            return tracker
+
+    def clear(self) -> None:
+        with self._lock:
+            self._trackers.clear()
