@@ -161,6 +161,8 @@ class ChartsPanel(QWidget):
         self._stage_bars: dict[str, pg.BarGraphItem] = {}
         self._stage_top = 0.0
         self._breakdown_items: list[Any] = []
+        self._breakdown_names: list[str] = []
+        self._breakdown_top = 0.0
         self.set_static({}, {})
 
         self._breakdown_timer = QTimer(self)
@@ -435,25 +437,22 @@ class ChartsPanel(QWidget):
         return out
 
     def set_breakdown(self, totals: dict[str, float], cost: dict[str, Any] | None = None) -> None:
-        """Horizontal bars of ms per stage, labelled with % of roofline where ``cost`` has it."""
-        for item in self._breakdown_items:
-            self.breakdown.removeItem(item)
-        self._breakdown_items = []
+        """Horizontal bars of ms per stage, labelled with % of roofline where ``cost`` has it.
+
+        Items are rebuilt only when the stages change; otherwise bars and labels update in place and
+        the axis moves only when outgrown (each relayout of the panel costs milliseconds mid-run).
+        """
         names = [s for s in self.stages if totals.get(s, 0) > 0] + [s for s in totals if s not in self.stages]
         if not names:
+            for item in self._breakdown_items:
+                self.breakdown.removeItem(item)
+            self._breakdown_items, self._breakdown_names = [], []
             self.breakdown.getAxis("left").setTicks([[], []])
             return
         ms = np.array([totals[s] for s in names])
-        y = np.arange(len(names))
-        brushes = [pg.mkBrush(*stage_colour(self.stages.index(s) if s in self.stages else i))
-                   for i, s in enumerate(names)]
-        bars = pg.BarGraphItem(x0=np.zeros(len(ms)), width=ms, y=y, height=0.7, brushes=brushes, pen=None)
-        self.breakdown.addItem(bars)
-        self._breakdown_items.append(bars)
-        self.breakdown.getAxis("left").setTicks([[(float(i), s) for i, s in enumerate(names)], []])
         total = float(ms.sum())
         cost_stages = (cost or {}).get("stages") or {}
-        roofline = False
+        labels, roofline = [], False
         for i, s in enumerate(names):
             label = f"{ms[i]:.1f} ms ({100 * ms[i] / total:.0f}%)"
             c = cost_stages.get(s) or {}
@@ -462,13 +461,36 @@ class ChartsPanel(QWidget):
                 label += f" · roofline {c['pct_of_roofline']:.0f}%"
                 if c.get("bound"):
                     label += f" ({c['bound']})"
-            text = pg.TextItem(label, color=(20, 20, 20), anchor=(0, 0.5))
+            labels.append(label)
+        if names != self._breakdown_names:
+            self._build_breakdown(names, len(ms))
+        bars, texts = self._breakdown_items[0], self._breakdown_items[1:]
+        bars.setOpts(x0=np.zeros(len(ms)), width=ms, y=np.arange(len(names)), height=0.7)
+        for i, (text, label) in enumerate(zip(texts, labels)):
+            text.setText(label, color=(20, 20, 20))
             text.setPos(float(ms[i]), i)  # right of its bar: never over a coloured bar
+        top = float(ms.max()) * (LABEL_ROOM_ROOFLINE if roofline else LABEL_ROOM)
+        if not (top <= self._breakdown_top <= 2 * top):
+            self._breakdown_top = top
+            self.breakdown.setXRange(0, top, padding=0)
+
+    def _build_breakdown(self, names: list[str], count: int) -> None:
+        for item in self._breakdown_items:
+            self.breakdown.removeItem(item)
+        brushes = [pg.mkBrush(*stage_colour(self.stages.index(s) if s in self.stages else i))
+                   for i, s in enumerate(names)]
+        bars = pg.BarGraphItem(x0=np.zeros(count), width=np.zeros(count), y=np.arange(count), height=0.7,
+                               brushes=brushes, pen=None)
+        self.breakdown.addItem(bars)
+        self._breakdown_items = [bars]
+        for _ in names:
+            text = pg.TextItem("", color=(20, 20, 20), anchor=(0, 0.5))
             self.breakdown.addItem(text)
             self._breakdown_items.append(text)
+        self._breakdown_names = list(names)
+        self._breakdown_top = 0.0
+        self.breakdown.getAxis("left").setTicks([[(float(i), s) for i, s in enumerate(names)], []])
         self.breakdown.setYRange(-0.6, len(names) - 0.4, padding=0)
-        room = LABEL_ROOM_ROOFLINE if roofline else LABEL_ROOM
-        self.breakdown.setXRange(0, float(ms.max()) * room, padding=0)
         self._fit_height(len(names))
 
     def _fit_height(self, stages: int) -> None:
