@@ -1,0 +1,1 @@
+"""Bundled data: the sample video with ground truth, and the CorrTrack weights."""
