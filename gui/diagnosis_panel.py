@@ -312,8 +312,11 @@ class DiagnosisPanel(QWidget):
     def _fit_table_height(self) -> None:
         """As tall as its rows: the space below goes to the assumptions, not to an empty table."""
         table = self.whatif_table
+        table.resizeRowsToContents()  # before the first show, row heights are still the defaults
         rows = sum(table.rowHeight(r) for r in range(table.rowCount()))
-        table.setFixedHeight(table.horizontalHeader().height() + rows + 2 * table.frameWidth() + TABLE_SLACK_PX)
+        header = table.horizontalHeader()
+        header_px = max(header.height(), header.sizeHint().height())  # height() is 0 until laid out
+        table.setFixedHeight(header_px + rows + 2 * table.frameWidth() + TABLE_SLACK_PX)
 
     def _set_row(self, r: int, values: tuple, bold: bool = False) -> None:
         name, bound, precision, observed, projected = values
