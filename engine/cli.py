@@ -51,16 +51,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help")):
         argv = ["gui", *argv]  # `trackscope`, `trackscope VIDEO`, `trackscope --run`: the app
-    command = argv[0] if argv[0] in SUBCOMMANDS else None
+    command = argv[0] if argv[0] in SUBCOMMANDS else None  # None: -h/--help, which parse_args answers and exits
     try:
         parser = build_parser(only=command)
     except ImportError as exc:
         print(f"trackscope: cannot start {command or 'trackscope'}: {exc}", file=sys.stderr)
         return 1
     args = parser.parse_args(argv)
-    if not getattr(args, "_module", None):
-        parser.print_help()
-        return 0
     try:
         return int(args._module.run(args) or 0)
     except UserError as exc:

@@ -16,7 +16,7 @@ import numpy as np
 
 from .config import RunConfig
 from .errors import OutOfMemory, TrackerError, UserError
-from .metrics import QUERY_MODES, TapVidScores, mean_scores, sample_queries, tapvid_metrics
+from .metrics import QUERY_MODES, TapVidScores, finite_or_none, mean_scores, sample_queries, tapvid_metrics
 from .session import Failed, Session
 from .trackers.base import Tracker
 from .trackio import load_ground_truth, read_queries_csv
@@ -71,10 +71,8 @@ class EvalResult:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict."""
-        mean = {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in self.mean.items()
-                if not isinstance(v, dict)}
-        for key in ("jaccard_by_thr", "pts_within_by_thr"):
-            mean[key] = {str(t): (float(v) if np.isfinite(v) else None) for t, v in self.mean[key].items()}
+        mean = {k: {str(t): finite_or_none(x) for t, x in v.items()} if isinstance(v, dict)
+                else finite_or_none(v) if isinstance(v, float) else v for k, v in self.mean.items()}
         return {"tracker": self.tracker, "config": self.config.to_dict(), "query_mode": self.query_mode,
                 "set_dir": self.set_dir, "videos": [v.to_dict() for v in self.videos.values()], "mean": mean}
 
@@ -147,6 +145,8 @@ def evaluate_set(
     """Run ``tracker_name`` on every video of the set and grade it (TAP-Vid, mean over videos)."""
     if query_mode not in QUERY_MODES:
         raise UserError(f"unknown query mode {query_mode!r}", f"use one of {', '.join(QUERY_MODES)}")
+    from .video import query_scale
+
     items = find_set(set_dir)
     config = config.with_changes(tracker=tracker_name)
     if tracker is None:
@@ -156,17 +156,17 @@ def evaluate_set(
     result = EvalResult(tracker_name, config, query_mode, str(set_dir))
     for done, item in enumerate(items, start=1):
         frames, info, queries, gt_tracks, gt_visible = _load_item(item, query_mode)
-        session = Session(frames, queries, config, tracker=tracker, video_info=info.to_dict())
+        scale = query_scale(info.width, info.height, frames)  # track in frame pixels, grade in video pixels
+        session = Session(frames, queries / scale, config, tracker=tracker, video_info=info.to_dict())
         last = session.run()
         if isinstance(last, Failed):
             _raise_failed(item, tracker_name, last)
-        num_frames, height, width = frames.shape[:3]
         try:
-            scores = tapvid_metrics(last.tracks, last.visible, gt_tracks, gt_visible, queries[:, 0],
-                                    size=(width, height), query_mode=query_mode)
+            scores = tapvid_metrics(last.tracks * scale[1:], last.visible, gt_tracks, gt_visible, queries[:, 0],
+                                    size=(info.width, info.height), query_mode=query_mode)
         except ValueError as exc:
             raise UserError(f"{item.ground_truth}: cannot score: {exc}") from exc
-        result.videos[item.name] = VideoResult(item.name, scores, int(num_frames), int(width), int(height),
+        result.videos[item.name] = VideoResult(item.name, scores, len(frames), info.width, info.height,
                                                len(queries), float(last.wall_ms))
         if progress is not None:
             progress(done, len(items), item.name)

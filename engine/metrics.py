@@ -47,17 +47,17 @@ class TapVidScores:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict (threshold keys as strings)."""
         return {
-            "aj": _f(self.aj),
-            "delta_avg": _f(self.delta_avg),
-            "oa": _f(self.oa),
-            "jaccard_by_thr": {str(k): _f(v) for k, v in self.jaccard_by_thr.items()},
-            "pts_within_by_thr": {str(k): _f(v) for k, v in self.pts_within_by_thr.items()},
+            "aj": finite_or_none(self.aj),
+            "delta_avg": finite_or_none(self.delta_avg),
+            "oa": finite_or_none(self.oa),
+            "jaccard_by_thr": {str(k): finite_or_none(v) for k, v in self.jaccard_by_thr.items()},
+            "pts_within_by_thr": {str(k): finite_or_none(v) for k, v in self.pts_within_by_thr.items()},
             "num_points": int(self.num_points),
             "num_eval": int(self.num_eval),
         }
 
 
-def _f(x: float) -> float | None:
+def finite_or_none(x: float | None) -> float | None:
     """A float for JSON: NaN becomes None."""
     return None if x is None or not np.isfinite(x) else float(x)
 
@@ -179,8 +179,7 @@ def sample_queries(gt_tracks: np.ndarray, gt_visible: np.ndarray,
     """
     if query_mode not in QUERY_MODES:
         raise ValueError(f"query_mode must be one of {', '.join(QUERY_MODES)}, not {query_mode!r}")
-    gt_visible = np.asarray(gt_visible, dtype=bool)
-    n, t = gt_visible.shape
+    gt_visible = np.asarray(gt_visible, dtype=bool)  # [N, T]
     if query_mode == "first":
         has_visible = gt_visible.any(axis=1)
         points = np.flatnonzero(has_visible)
@@ -190,8 +189,8 @@ def sample_queries(gt_tracks: np.ndarray, gt_visible: np.ndarray,
         sampled[:, ::STRIDE] = True
         points, frames = np.nonzero(gt_visible & sampled)
     xy = np.asarray(gt_tracks, dtype=np.float32)[points, frames]  # [M, 2]
-    queries = np.concatenate([frames[:, None].astype(np.float32), xy], axis=1)
-    return queries.astype(np.float32), points.astype(np.int64)
+    queries = np.concatenate([frames[:, None].astype(np.float32), xy], axis=1)  # [M, 3] float32
+    return queries, points.astype(np.int64)
 
 
 @dataclass
@@ -212,9 +211,9 @@ class Divergence:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "mean_px": _f(self.mean_px),
-            "max_px": _f(self.max_px),
-            "visibility_agreement": _f(self.visibility_agreement),
+            "mean_px": finite_or_none(self.mean_px),
+            "max_px": finite_or_none(self.max_px),
+            "visibility_agreement": finite_or_none(self.visibility_agreement),
         }
 
 

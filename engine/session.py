@@ -169,8 +169,7 @@ class Session:
             return src
         from .video import open_video
 
-        with timer.stage("decode", host=True):
-            reader = open_video(src)
+        with timer.stage("decode", host=True), open_video(src) as reader:
             frames = reader.read()
         self.video_info = {**reader.info.to_dict(), "warnings": list(reader.warnings), **self.video_info}
         return frames

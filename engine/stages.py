@@ -89,11 +89,6 @@ class StageTimer:
             torch.cuda.nvtx.range_pop()
         self._pending.append((name, start, end))
 
-    @property
-    def current_stage(self) -> str | None:
-        """The innermost open stage, or None (only tracked while timing is enabled)."""
-        return self._open[-1][0] if self._open else None
-
     @contextmanager
     def stage(self, name: str, host: bool = False) -> Iterator[None]:
         """Time the body as stage ``name``. ``host=True`` times host work with perf_counter."""

@@ -148,6 +148,14 @@ def resize_frames(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return out
 
 
+def query_scale(width: int, height: int, frames: np.ndarray) -> np.ndarray:
+    """float32 [3] factors taking (t, x, y) from the pixels of frames [T, H, W, 3] to a width x height video's.
+
+    Frames over the reader's max side come back shrunk: track ``queries / scale``, report ``tracks * scale[1:]``.
+    """
+    return np.array([1.0, width / frames.shape[2], height / frames.shape[1]], np.float32)
+
+
 def fit_within(width: int, height: int, max_side: int) -> tuple[int, int]:
     """(width, height) scaled down, aspect kept, so the larger side is at most max_side."""
     scale = max_side / max(width, height)

@@ -6,8 +6,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from ..errors import UserError
 from ..session import BatchDone, Failed, Finished, Session, Started
 from ..trackio import grid_queries, read_queries_csv, save_tracks
@@ -25,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..video import open_video
+    from ..video import open_video, query_scale
 
     config = config_from_args(args)
     if args.out.suffix.lower() not in (".npz", ".csv"):
@@ -41,8 +39,7 @@ def run(args: argparse.Namespace) -> int:
         queries = read_queries_csv(args.queries)
     else:
         queries = grid_queries(args.grid, info["width"], info["height"])
-    # frames over the reader's max side come back shrunk: track in frame pixels, report in video pixels
-    scale = np.array([1.0, info["width"] / frames.shape[2], info["height"] / frames.shape[1]], np.float32)
+    scale = query_scale(info["width"], info["height"], frames)  # track in frame pixels, report in video pixels
     session = Session(frames, queries / scale, config, video_info=info)
     recorder = None
     if args.report is not None:

@@ -143,7 +143,7 @@ class PluginTracker(Tracker):
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             raise TypeError(f"plugin must return (tracks [N, T, 2], visible [N, T]), got {type(out).__name__}")
         with ctx.timer.stage(DOWNLOAD_STAGE):
-            tracks = _to_numpy(out[0]).astype(np.float32, copy=False)
+            tracks = _to_numpy(out[0])  # TrackResult makes it float32 [N, T, 2]
             visible = _to_numpy(out[1])
         if visible.dtype != bool:
             visible = visible.astype(np.float32) > VISIBLE_THRESHOLD

@@ -90,7 +90,3 @@ class TrackerCache:
             if tracker is None:
                 tracker = self._trackers[name] = self._loader(name)
             return tracker
-
-    def clear(self) -> None:
-        with self._lock:
-            self._trackers.clear()
