@@ -266,10 +266,8 @@ class Bench:
         row.speedup = 1.0 if report["config"].get("precision") == "fp32" else None
         row.peak_memory_bytes = totals.get("peak_memory_bytes")
         row.memory_kind = "GPU peak" if row.peak_memory_bytes else ""
-        if not row.peak_memory_bytes and report.get("telemetry"):
-            rss = [v for v in report["telemetry"]["metrics"].get("process_rss_bytes", []) if v is not None]
-            if rss:
-                row.peak_memory_bytes, row.memory_kind = max(rss), "RSS"
+        if not row.peak_memory_bytes and totals.get("peak_rss_bytes"):
+            row.peak_memory_bytes, row.memory_kind = totals["peak_rss_bytes"], "RSS"
         row.accuracy = _accuracy_text(report.get("accuracy"))
         notes = [gate_reason] if gate_reason else []
         if row.cold_ms and row.ms_median:

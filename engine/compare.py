@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ReportError, UserError
-from .report import load_reports, report_label, stage_ms
+from .report import load_reports, report_label, run_ms, stage_ms
 from .whatif import _table, format_projection, project
 
 #: observed / explained beyond this factor (or below its inverse) flags a stage
@@ -31,12 +31,10 @@ def _ratio(b: float | None, a: float | None) -> float | None:
 
 
 def _side(report: dict[str, Any]) -> dict[str, Any]:
-    totals = report.get("totals") or {}
     cost = report.get("cost") or {}
     return {"label": report_label(report), "precision": (report.get("config") or {}).get("precision"),
             "device": (cost.get("peak") or {}).get("device") or report.get("device_name") or "",
-            "total_ms": totals.get("warm_ms_median") if totals.get("warm_ms_median") is not None
-            else totals.get("cold_ms")}
+            "total_ms": run_ms(report)}
 
 
 def compare_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

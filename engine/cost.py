@@ -146,9 +146,11 @@ class CostCounter:
         return int(sum(self._flop_counter.flop_counts["Global"].values()))
 
     def _observe(self, timer: Any, name: str, opening: bool) -> None:
+        """Stage observer: track the open stage of this thread; a stage that opens is listed even if empty."""
         if threading.get_ident() != self._thread:
             return
         if opening:
+            self.open_stage(name)
             self._stack.append(name)
         elif self._stack and self._stack[-1] == name:
             self._stack.pop()
@@ -174,16 +176,11 @@ class CostCounter:
         self._flop_counter.__enter__()
         self._mode = _CostMode(self)
         self._mode.__enter__()
-        add_stage_observer(self._observe_and_register)
+        add_stage_observer(self._observe)
         return self
 
-    def _observe_and_register(self, timer: Any, name: str, opening: bool) -> None:
-        if opening and threading.get_ident() == self._thread:
-            self.open_stage(name)
-        self._observe(timer, name, opening)
-
     def __exit__(self, *exc: Any) -> None:
-        remove_stage_observer(self._observe_and_register)
+        remove_stage_observer(self._observe)
         assert self._mode is not None and self._flop_counter is not None
         self._mode.__exit__(*exc)
         self._flop_counter.__exit__(*exc)

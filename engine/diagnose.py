@@ -56,9 +56,9 @@ CLOCK_LIMIT_SAMPLE_SHARE = 0.30  # share of busy samples with a power/thermal li
 CLOCK_BELOW_MAX_FRACTION = 0.90  # mean SM clock under this share of its maximum
 PCIE_DOWN_SAMPLE_SHARE = 0.50  # share of busy samples with the link below its maximum
 
-# NVML clock-limit reason bits that mean power or heat
-POWER_BITS = {0x4: "SW power cap", 0x80: "HW power brake slowdown"}
-THERMAL_BITS = {0x20: "SW thermal slowdown", 0x40: "HW thermal slowdown", 0x8: "HW slowdown"}
+# NVML clock-limit reason bits (names in engine.telemetry.CLOCK_REASONS) that mean power or heat
+POWER_MASK = 0x4 | 0x80  # SW power cap, HW power brake slowdown
+THERMAL_MASK = 0x20 | 0x40 | 0x8  # SW/HW thermal slowdown, HW slowdown
 TRANSFER_STAGES = ("upload", "download")
 
 
@@ -225,12 +225,8 @@ def rule_clocks_limited(f: Facts) -> list[Finding]:
     if not f.is_gpu or reasons.size == 0 or not busy.any() or reasons.shape != busy.shape:
         return []
     bits = np.nan_to_num(reasons[busy], nan=0).astype(np.int64)
-    power = np.zeros(bits.shape, bool)
-    thermal = np.zeros(bits.shape, bool)
-    for bit in POWER_BITS:
-        power |= (bits & bit) != 0
-    for bit in THERMAL_BITS:
-        thermal |= (bits & bit) != 0
+    power = (bits & POWER_MASK) != 0
+    thermal = (bits & THERMAL_MASK) != 0
     limited = (power | thermal).mean()
     max_clock = _f(f.static.get("max_sm_clock_mhz"))
     mean_clock = _mean(clock[busy]) if clock.shape == busy.shape else math.nan

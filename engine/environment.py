@@ -14,37 +14,24 @@ from typing import Any
 
 import torch
 
-#: environment variable that, when set to a non-empty value other than "0", keeps NVML untouched
-NO_NVML_ENV = "TRACKSCOPE_NO_NVML"
+from . import nvml, specs
 
 
 def cpu_info() -> dict[str, Any]:
     """CPU model name and core counts."""
-    model = ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if line.lower().startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    if not model:
-        model = platform.processor() or platform.machine()
-    physical = None
     try:
         import psutil
 
         physical = psutil.cpu_count(logical=False)
     except Exception:  # psutil missing or unable to read: leave it out
         physical = None
-    return {"model": model, "cores": os.cpu_count() or 1, "physical_cores": physical,
+    return {"model": specs.cpu_model(), "cores": os.cpu_count() or 1, "physical_cores": physical,
             "torch_threads": torch.get_num_threads()}
 
 
 def _nvml_driver() -> str | None:
     """The NVIDIA driver version through NVML, or None when NVML is unavailable or disabled."""
-    if os.environ.get(NO_NVML_ENV, "") not in ("", "0"):
+    if nvml.nvml_disabled_by_env():
         return None
     try:
         import pynvml
@@ -86,8 +73,8 @@ def capture_environment(device: torch.device | str = "cpu", static_info: dict[st
     if gpu is not None:
         if driver is None:
             driver = _nvml_driver()
-        for key in ("uuid", "max_sm_clock_mhz", "max_mem_clock_mhz", "power_limit_w", "pcie_max_gen",
-                    "pcie_max_width", "peak_bandwidth_gbps", "gpm_supported"):
+        for key in ("uuid", "max_sm_clock_mhz", "max_mem_clock_mhz", "memory_bus_width_bits", "power_limit_w",
+                    "pcie_max_gen", "pcie_max_width", "peak_bandwidth_gbps", "gpm_supported"):
             if static_info.get(key) is not None:
                 gpu[key] = static_info[key]
     return {

@@ -22,6 +22,7 @@ REASON_NO_PYNVML = "pynvml not installed (pip install nvidia-ml-py)"
 REASON_DISABLED = "NVML disabled (TRACKSCOPE_NO_NVML is set)"
 REASON_NEEDS_GPM = "needs GPM (Hopper or newer); see memory-controller busy %"
 REASON_NO_PERMISSION = "no permission to read it"
+REASON_NO_PEAK = "peak bandwidth of this GPU unknown"
 
 GPM_MIN_INTERVAL_S = 0.1  # NVML needs GPM samples at least 100 ms apart
 LEGACY_PCIE_INTERVAL_S = 0.5  # nvmlDeviceGetPcieThroughput blocks ~20 ms per counter: read it sparingly
@@ -113,7 +114,7 @@ class NvmlReader:
             return
         self.opened = True
         if self.nvml is None:
-            self._fail_all(REASON_NO_PYNVML)
+            self._fail_all(REASON_DISABLED if nvml_disabled_by_env() else REASON_NO_PYNVML)
             return
         try:
             self.nvml.nvmlInit()
@@ -190,7 +191,7 @@ class NvmlReader:
             for key in GPM_KEYS:
                 self.reasons[key] = REASON_NEEDS_GPM
         elif math.isnan(self._peak_bandwidth_gbps):
-            self.reasons["dram_bw_gbps"] = "peak bandwidth of this GPU unknown"
+            self.reasons["dram_bw_gbps"] = REASON_NO_PEAK
 
     # -- the query helper --------------------------------------------------------------------------
     def _query(self, keys: tuple[str, ...], fn_name: str, *args: Any) -> Any:
@@ -340,9 +341,7 @@ class NvmlReader:
                 self.reasons[key] = REASON_NOT_SUPPORTED
         if "dram_bw_util_pct" in values:
             values["dram_bw_gbps"] = values["dram_bw_util_pct"] / 100.0 * self._peak_bandwidth_gbps
-            self.reasons["dram_bw_gbps"] = (
-                "" if not math.isnan(self._peak_bandwidth_gbps) else ("peak bandwidth of this GPU unknown")
-            )
+            self.reasons["dram_bw_gbps"] = "" if not math.isnan(self._peak_bandwidth_gbps) else REASON_NO_PEAK
         return values
 
     def _prune_gpm(self, failed: list[int], values: dict[str, float]) -> None:

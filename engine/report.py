@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .config import RunConfig
-from .environment import capture_environment
+from .environment import capture_environment, environment_device_name
 from .errors import ReportError, UserError
 from .session import BatchDone, Event, Failed, Finished, Started
 
@@ -92,7 +92,7 @@ class RunRecorder:
         if isinstance(event, Started):
             self._on_started(event)
         elif isinstance(event, BatchDone):
-            run = self._run if self._run is not None else self._open_run(event.t, None)
+            run = self._current_run(event.t)
             run["batches"].append({
                 "index": event.index, "start": event.start, "stop": event.stop,
                 "t": event.t - self._run_t0, "wall_ms": event.wall_ms, "stage_ms": dict(event.stage_ms),
@@ -102,14 +102,14 @@ class RunRecorder:
             if event.cold:
                 run["cold"] = True
         elif isinstance(event, Finished):
-            run = self._run if self._run is not None else self._open_run(event.t, None)
+            run = self._current_run(event.t)
             run["status"] = "cancelled" if event.cancelled else "finished"
             run["end_to_end_ms"] = event.wall_ms
             self._close_run(run)
             if not event.cancelled:
                 self.final = event
         elif isinstance(event, Failed):
-            run = self._run if self._run is not None else self._open_run(event.t, None)
+            run = self._current_run(event.t)
             run["status"] = "failed"
             run["error"] = {"message": event.message, "suggestion": event.suggestion, "kind": event.kind}
             self._close_run(run)
@@ -119,11 +119,15 @@ class RunRecorder:
     def _on_started(self, event: Started) -> None:
         if self._started is None:
             self._started = event
-        run = self._open_run(event.t, event)
+        run = self._open_run(event.t)
         run.update({"config": event.config.to_dict(), "device": event.device, "device_name": event.device_name,
                     "precision_gate": event.precision_gate, "num_batches": event.num_batches})
 
-    def _open_run(self, t: float, started: Started | None) -> dict[str, Any]:
+    def _current_run(self, t: float) -> dict[str, Any]:
+        """The open run, or a new one when events arrive without a Started."""
+        return self._run if self._run is not None else self._open_run(t)
+
+    def _open_run(self, t: float) -> dict[str, Any]:
         if self._t0 is None:
             self._t0 = t
         self._run_t0 = t
@@ -149,10 +153,8 @@ class RunRecorder:
         started = self._started
         config = started.config.to_dict() if started else {}
         device = started.device if started else "cpu"
-        environment = self.environment
-        if environment is None:
-            static = _safe_call(telemetry, "static_info") or {}
-            environment = capture_environment(device, static)
+        static = _safe_call(telemetry, "static_info") or {}
+        environment = self.environment if self.environment is not None else capture_environment(device, static)
         video = dict(started.video) if started else {}
         if "path" in video and video["path"] is not None:
             video["path"] = str(video["path"])
@@ -170,7 +172,7 @@ class RunRecorder:
             "tracker": dict(started.tracker) if started else {},
             "stages": list(started.stages) if started else [],
             "runs": [dict(r) for r in self.runs],
-            "telemetry": self._telemetry_window(telemetry) if telemetry is not None else None,
+            "telemetry": self._telemetry_window(telemetry, static) if telemetry is not None else None,
             "cost": None,
             "totals": None,
             "accuracy": self._accuracy(ground_truth, reference_tracks, reference_label),
@@ -218,7 +220,7 @@ class RunRecorder:
             "num_failed_runs": sum(r["status"] == "failed" for r in self.runs),
         }
 
-    def _telemetry_window(self, telemetry: Any) -> dict[str, Any] | None:
+    def _telemetry_window(self, telemetry: Any, static: dict[str, Any]) -> dict[str, Any] | None:
         snap = _safe_call(telemetry, "snapshot")
         if not snap or "t" not in snap or self._t0 is None:
             return None
@@ -238,7 +240,7 @@ class RunRecorder:
         self._peak_rss = float(np.nanmax(rss)) if rss is not None and np.isfinite(rss).any() else None
         return {"t": t[index] - self._t0, "metrics": metrics,
                 "availability": _safe_call(telemetry, "availability") or {},
-                "static": _safe_call(telemetry, "static_info") or {}}
+                "static": static}
 
     def _accuracy(self, ground_truth: dict[str, np.ndarray] | None, reference: Any,
                   reference_label: str | None) -> dict[str, Any] | None:
@@ -409,8 +411,15 @@ def stage_ms(report: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in (report.get("totals", {}).get("stage_ms") or {}).items() if v is not None}
 
 
+def run_ms(report: dict[str, Any]) -> float | None:
+    """Wall ms of a report's typical run: the warm median, else the cold run; None when neither."""
+    totals = report.get("totals") or {}
+    warm = totals.get("warm_ms_median")
+    return warm if warm is not None else totals.get("cold_ms")
+
+
 def report_label(report: dict[str, Any]) -> str:
     """A short name for a report: its label, else tracker + precision, plus the device."""
     label = report.get("label") or RunConfig.from_dict(report.get("config") or {}).label()
-    device = report.get("device_name") or (report.get("environment", {}).get("gpu") or {}).get("name") or "CPU"
+    device = report.get("device_name") or environment_device_name(report.get("environment", {}))
     return f"{label} on {device}"

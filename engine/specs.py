@@ -245,26 +245,25 @@ def spec_from_nvml(
     )
 
 
-def _cpu_model() -> str:
+def _cpuinfo_value(prefix: str) -> str | None:
+    """The value of the first /proc/cpuinfo line starting with ``prefix``; None when absent or unreadable."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
-                if line.startswith("model name"):
+                if line.startswith(prefix):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine() or "unknown CPU"
+    return None
+
+
+def cpu_model() -> str:
+    """The CPU model name (/proc/cpuinfo, else platform)."""
+    return _cpuinfo_value("model name") or platform.processor() or platform.machine() or "unknown CPU"
 
 
 def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+    return set((_cpuinfo_value("flags") or "").split())
 
 
 def cpu_spec(cores: int | None = None, clock_mhz: float | None = None, psutil_mod=None) -> GPUSpec:
@@ -289,7 +288,7 @@ def cpu_spec(cores: int | None = None, clock_mhz: float | None = None, psutil_mo
     fp32 = cores * clock_mhz * 1e6 * per_cycle / 1e12
     has_bf16 = bool(flags & {"avx512_bf16", "amx_bf16"})
     return GPUSpec(
-        name=f"CPU ({_cpu_model()}, {cores} cores)",
+        name=f"CPU ({cpu_model()}, {cores} cores)",
         compute_capability=None,
         fp32_tflops=fp32,
         tf32_tflops=None,

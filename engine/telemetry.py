@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,15 +223,9 @@ class TelemetrySampler:
         if rate_hz <= 0:
             raise ValueError(f"rate_hz must be > 0, got {rate_hz}")
         self.rate_hz = float(rate_hz)
-        if nvml is None:
-            nvml = None if nvml_reader.nvml_disabled_by_env() else _import_pynvml()
-            disabled = nvml is None and nvml_reader.nvml_disabled_by_env()
-        else:
-            disabled = False
+        if nvml is None and not nvml_reader.nvml_disabled_by_env():
+            nvml = _import_pynvml()
         self._reader = nvml_reader.NvmlReader(nvml, device_index)
-        if disabled:
-            self._reader.opened = True
-            self._reader._fail_all(nvml_reader.REASON_DISABLED)
         self._psutil = psutil_mod if psutil_mod is not None else _import_psutil()
         self._psutil_reason = "" if self._psutil is not None else REASON_NO_PSUTIL
         self._cpu: _CpuTimes | None = None
@@ -250,7 +245,7 @@ class TelemetrySampler:
         self._opened = False
         self._stop_event = threading.Event()
         self._thread: _SamplerThread | None = None
-        self._sample_cost_s: list[float] = []
+        self._sample_cost_s: deque[float] = deque(maxlen=capacity)  # seconds per sample, newest kept
         self.last_error = ""
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -319,8 +314,6 @@ class TelemetrySampler:
         with self._lock:
             self._buffers.append(now, values, per_core)
             self._sample_cost_s.append(time.perf_counter() - started)
-            if len(self._sample_cost_s) > self._buffers.capacity:
-                del self._sample_cost_s[: len(self._sample_cost_s) - self._buffers.capacity]
 
     # -- reading -----------------------------------------------------------------------------------
     def snapshot(self, since: float | None = None) -> dict[str, np.ndarray]:

@@ -21,7 +21,7 @@ from typing import Any
 from . import specs
 from .cost import spec_from_block
 from .errors import UserError
-from .report import report_label, stage_ms
+from .report import report_label, run_ms, stage_ms
 
 #: bounds whose time does not follow the device's peaks; kept at the observed time
 KEPT_BOUNDS = ("latency", "host", "unknown")
@@ -110,8 +110,7 @@ def project(report: dict[str, Any], target_gpu: str) -> dict[str, Any]:
         assumptions.append("kept at the observed time, or the target's roofline time where that is longer "
                            "(launch, sync and host costs do not follow the peaks): " + ", ".join(kept))
     assumptions.extend(sorted(notes))
-    observed_total = (report.get("totals") or {}).get("warm_ms_median") or (report.get("totals") or {}).get(
-        "cold_ms")
+    observed_total = run_ms(report)
     staged_observed = sum(r["observed_ms"] or 0.0 for r in stages.values())
     outside = max(0.0, (observed_total or staged_observed) - staged_observed)
     if outside > 0:

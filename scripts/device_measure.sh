@@ -7,6 +7,7 @@
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out/measure}
+mkdir -p "$OUT"
 W=$(mktemp -d)
 DEADLINE=${DEADLINE:-280}   # seconds: steps that would start later are skipped, so the archive always lands
 ts() { if (( SECONDS > DEADLINE )); then echo "skipped (deadline): $*"; return 0; fi
