@@ -193,7 +193,7 @@ def main() -> int:
         for precision in args.precisions:
             cells = [r for r in rows if r["precision"] == precision and r["mode"] == mode]
             print(f"{mode:6s} {precision:9s} " + " ".join(
-                f"{r['median_ms']:8.2f}ms {(r['peak_bytes'] or 0) / 2**20:7.0f}MB" for r in cells))
+                f"{r['median_ms']:8.2f}ms {(r['peak_bytes'] or 0) / 2**20:6.0f}MiB" for r in cells))
     if "accuracy" in result:
         for precision, s in result["accuracy"].items():
             print(f"accuracy {precision}: AJ {s['aj']:.4f} delta_avg {s['delta_avg']:.4f} OA {s['oa']:.4f}")

@@ -9,14 +9,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engine.synthetic import SynthConfig, TextureBank, generate_video  # noqa: E402
-from engine.synthetic.evalset import write_video_file  # noqa: E402
-from engine.trackio import write_queries_csv  # noqa: E402
+from engine.synthetic.evalset import write_video_and_truth  # noqa: E402
 
 VIDEO_SEED = 44  # picked by eye: photo background, sprites crossing, some leaving the frame
 BANK_SEED = 47
@@ -29,10 +26,7 @@ def main() -> int:
     out.mkdir(exist_ok=True)
     bank = TextureBank.build("cpu", size=512, photos=True, procedural=16, seed=BANK_SEED, split="val")
     data = generate_video(VIDEO_SEED, SAMPLE_CONFIG, bank)
-    write_video_file(out / "sample.mp4", data["video"])
-    write_queries_csv(out / "sample.queries.csv", data["queries"])
-    np.savez_compressed(out / "sample.gt.npz", tracks=data["tracks"].astype(np.float32),
-                        visible=data["visible"].astype(bool), query_t=data["query_t"].astype(np.int64))
+    write_video_and_truth(out, "sample", data)
     qt = data["query_t"]
     print(f"sample: {data['video'].shape} video, {len(qt)} queries ({int((qt > 0).sum())} after frame 0), "
           f"visible {data['visible'].mean():.2f}")

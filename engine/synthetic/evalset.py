@@ -16,7 +16,6 @@ from .textures import TextureBank
 
 TEXTURE_SIZE_RANGE = (128, 512)  # default bank texture side: twice the video side, within this range
 DEFAULT_PROCEDURAL = 16  # procedural textures in the default (val) bank used for single videos
-VIDEO_FPS = 24.0
 
 
 def default_texture_size(cfg: SynthConfig) -> int:
@@ -43,9 +42,14 @@ def generate_video(seed: int, cfg: SynthConfig, textures: TextureBank | None = N
     return batch.numpy(0)
 
 
-def write_video_file(path: Path, frames: np.ndarray, fps: float = VIDEO_FPS) -> None:
-    """Write frames uint8 [T, H, W, 3] RGB as a video file (engine.video picks the codec)."""
-    write_video(path, frames, fps=fps)
+def write_video_and_truth(outdir: Path, name: str, data: dict[str, np.ndarray]) -> Path:
+    """Write ``generate_video`` output as NAME.mp4, NAME.queries.csv, NAME.gt.npz in outdir; returns the mp4."""
+    video_path = outdir / f"{name}.mp4"
+    write_video(video_path, data["video"])
+    write_queries_csv(outdir / f"{name}.queries.csv", data["queries"])
+    np.savez_compressed(outdir / f"{name}.gt.npz", tracks=data["tracks"].astype(np.float32),
+                        visible=data["visible"].astype(bool), query_t=data["query_t"].astype(np.int64))
+    return video_path
 
 
 def write_eval_set(outdir: str | Path, count: int, seed: int, cfg: SynthConfig, prefix: str = "synth",
@@ -53,14 +57,5 @@ def write_eval_set(outdir: str | Path, count: int, seed: int, cfg: SynthConfig, 
     """Write ``count`` videos as NAME.mp4, NAME.queries.csv, NAME.gt.npz; returns the mp4 paths."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for i in range(count):
-        data = generate_video(seed * 100003 + i, cfg, textures)
-        name = f"{prefix}_{i:03d}"
-        video_path = outdir / f"{name}.mp4"
-        write_video_file(video_path, data["video"])
-        write_queries_csv(outdir / f"{name}.queries.csv", data["queries"])
-        np.savez_compressed(outdir / f"{name}.gt.npz", tracks=data["tracks"].astype(np.float32),
-                            visible=data["visible"].astype(bool), query_t=data["query_t"].astype(np.int64))
-        paths.append(video_path)
-    return paths
+    return [write_video_and_truth(outdir, f"{prefix}_{i:03d}", generate_video(seed * 100003 + i, cfg, textures))
+            for i in range(count)]

@@ -158,7 +158,8 @@ class CorrTrackTracker(Tracker):
         model = self._model_on(ctx.device)
         feats = prepared.data["features"]  # [1, T, HW, C]
         w, h = prepared.width, prepared.height
-        q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(ctx.device)
+        # non_blocking: a blocking host -> device copy would wait for the backbone still queued by prepare
+        q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(ctx.device, non_blocking=True)
         q_model = torch.cat([q[:, :1], to_model_xy(q[:, 1:], w, h)], dim=1).unsqueeze(0)  # [1, N, 3]
         num_frames = prepared.num_frames
         iters = model.cfg.num_iters
