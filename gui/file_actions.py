@@ -170,8 +170,13 @@ class FileActions:
         files = self.settings.recent_files()
         for f in files:
             action = self.recent_menu.addAction(f)
-            action.triggered.connect(lambda _=False, f=f: self.load_path(f))
+            action.triggered.connect(lambda _=False, f=f: self._open_recent(f))
         self.recent_menu.setEnabled(bool(files))
+
+    def _open_recent(self, path: str) -> None:
+        """Open a recent file; one that no longer exists leaves the list (after the error is shown)."""
+        if not self.load_path(path) and not Path(path).exists():
+            self.settings.remove_recent(path)
 
     # -- drag and drop ---------------------------------------------------------------------------------------------
     def dragEnterEvent(self, event) -> None:  # noqa: N802

@@ -341,11 +341,7 @@ class MainWindow(FileActions, QMainWindow):
 
     def _on_finished(self, event: Finished) -> None:
         run = self.current
-        if run is not None and run.tracks.shape == event.tracks.shape:
-            done = np.isfinite(event.tracks).all(axis=(1, 2))  # a stopped run: keep earlier results elsewhere
-            run.tracks[done] = event.tracks[done]
-            run.visible[done] = event.visible[done]
-            self.view.set_tracks(run.tracks, run.visible)
+        self._keep_done(event.tracks, event.visible)
         report, self._pending_report = self._pending_report, None
         if self._run_start is not None and not self.controller.loop:
             self.charts.focus(self._run_start, self._t(event.t))
@@ -371,11 +367,7 @@ class MainWindow(FileActions, QMainWindow):
     def _on_failed(self, event: Failed) -> None:
         self._pending_report = None
         run = self.current
-        if run is not None and event.tracks is not None and event.tracks.shape == run.tracks.shape:
-            done = np.isfinite(event.tracks).all(axis=(1, 2))
-            run.tracks[done] = event.tracks[done]
-            run.visible[done] = event.visible[done]
-            self.view.set_tracks(run.tracks, run.visible)
+        self._keep_done(event.tracks, event.visible)
         kept = 0 if run is None else int(np.isfinite(run.tracks).all(axis=(1, 2)).sum())
         if kept == 0 and self._previous is not None:  # nothing new: show the last results again
             self.current = self._previous
@@ -384,6 +376,17 @@ class MainWindow(FileActions, QMainWindow):
         else:
             self.run_label.setText(f"failed ({event.kind}); {kept} points kept")
         self.show_message(event.message, event.suggestion, "error")
+
+    def _keep_done(self, tracks: np.ndarray | None, visible: np.ndarray | None) -> None:
+        """Copy the finished points of a run's final tracks [N, T, 2] into the current run (a stopped or
+        failed run leaves the rest NaN: the points shown from earlier batches stay)."""
+        run = self.current
+        if run is None or tracks is None or tracks.shape != run.tracks.shape:
+            return
+        done = np.isfinite(tracks).all(axis=(1, 2))  # [N]
+        run.tracks[done] = tracks[done]
+        run.visible[done] = visible[done]
+        self.view.set_tracks(run.tracks, run.visible)
 
     def _set_current(self, run: RunData) -> None:
         self.current = run

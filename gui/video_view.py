@@ -384,6 +384,3 @@ class VideoView(QWidget):
         x, y = float(p.x()), float(p.y())
         if -0.5 <= x <= w - 0.5 and -0.5 <= y <= h - 0.5:
             self.query_added.emit(float(self.frame), x, y)
-
-    def colour_of(self, i: int) -> QColor:
-        return QColor(*PALETTE[i % len(PALETTE)])

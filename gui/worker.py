@@ -164,6 +164,7 @@ class RunController(QObject):
         self.trackers = TrackerCache()  # loaded once, reused by every run and loop of this window
         self._thread: QThread | None = None
         self._worker: SessionWorker | None = None
+        self._outlived: list[tuple[QThread, SessionWorker]] = []  # threads still in a batch after shutdown's wait
         self.loop = False
 
     @property
@@ -255,12 +256,19 @@ class RunController(QObject):
     def _on_thread_finished(self) -> None:
         if self._thread is not None and self._thread.isFinished():  # not a newer thread that is running
             self._cleanup()
+        for thread, worker in [tw for tw in self._outlived if tw[0].isFinished()]:
+            self._outlived.remove((thread, worker))
+            thread.deleteLater()
+            worker.deleteLater()
 
     def _cleanup(self) -> None:
         if self._thread is None:
             return
         thread, worker = self._thread, self._worker
         self._thread = self._worker = None
-        thread.deleteLater()
-        worker.deleteLater()
+        if thread.isRunning():  # a batch outlived shutdown's wait: deleting a running QThread aborts the process
+            self._outlived.append((thread, worker))  # deleted by _on_thread_finished when it ends
+        else:
+            thread.deleteLater()
+            worker.deleteLater()
         self.running_changed.emit()

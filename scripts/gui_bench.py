@@ -70,7 +70,7 @@ class Heartbeat:
         self._last = now
 
 
-def wait_run(app: QApplication, window, gui_cpu: list | None = None) -> float:
+def wait_run(window, gui_cpu: list | None = None) -> float:
     """Start a run and spin the event loop until it ends; returns the run's wall ms (tracker time).
 
     ``gui_cpu`` gets the GUI thread's CPU time per second of run (ms/s), the direct cost of drawing.
@@ -135,13 +135,13 @@ def main() -> int:
     beat = Heartbeat()
 
     # 1. playback while running: frames drawn per second and the worst stall
-    wait_run(app, window)  # warm-up (fills the tracks so every frame has 1,000 points and trails)
+    wait_run(window)  # warm-up (fills the tracks so every frame has 1,000 points and trails)
     window.view.set_speed(PLAYBACK_SPEED)
     window.view.set_playing(True)
     counter.count = 0
     beat.start()
     t0 = time.perf_counter()
-    run_ms = wait_run(app, window)
+    run_ms = wait_run(window)
     elapsed = time.perf_counter() - t0
     beat.stop()
     window.view.set_playing(False)
@@ -180,10 +180,10 @@ def main() -> int:
             app.processEvents()
             polls = window.charts.polls
             if show:
-                shown.append(wait_run(app, window, cpu_shown))
+                shown.append(wait_run(window, cpu_shown))
                 assert window.charts.polls > polls, "charts did not poll while shown"
             else:
-                hidden.append(wait_run(app, window, cpu_hidden))
+                hidden.append(wait_run(window, cpu_hidden))
     ms_shown, ms_hidden = statistics.median(shown), statistics.median(hidden)
     print(f"tracker time, charts shown: {ms_shown:.0f} ms (runs {', '.join(f'{v:.0f}' for v in shown)})")
     print(f"tracker time, charts hidden: {ms_hidden:.0f} ms (runs {', '.join(f'{v:.0f}' for v in hidden)})")
