@@ -108,7 +108,6 @@ def _shifting_texture(num_frames: int, shift: float) -> np.ndarray:
     return (np.clip(np.stack(frames), 0, 1) * 255).astype(np.uint8)
 
 
-@pytest.mark.skipif(not DEFAULT_WEIGHTS.is_file(), reason="no shipped weights")
 def test_shipped_weights_track_a_moving_texture() -> None:
     frames = _shifting_texture(6, 3.0)
     rng = np.random.default_rng(1)
@@ -121,7 +120,6 @@ def test_shipped_weights_track_a_moving_texture() -> None:
     assert end.visible.mean() > 0.9
 
 
-@pytest.mark.skipif(not DEFAULT_WEIGHTS.is_file(), reason="no shipped weights")
 def test_shipped_manifest_matches_the_file() -> None:
     manifest = json.loads(manifest_path(DEFAULT_WEIGHTS).read_text())
     assert manifest["sha256"] == sha256_file(DEFAULT_WEIGHTS)

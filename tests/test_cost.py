@@ -190,6 +190,18 @@ def test_cost_section_on_cpu_uses_the_cpu_pseudo_spec():
     assert section["latency_fraction"] == LATENCY_FRACTION
 
 
+def test_card_not_in_the_table_gets_its_bandwidth_estimated_from_the_recorded_nvml_facts(monkeypatch):
+    import engine.environment as environment
+
+    monkeypatch.setattr(environment, "gpu_info", lambda device: {
+        "name": "Mystery GPU", "compute_capability": [8, 0], "memory_total_bytes": 80e9,
+        "multiprocessor_count": 108, "index": 0})
+    static = {"driver": "1.0", "max_sm_clock_mhz": 1410, "max_mem_clock_mhz": 1593, "memory_bus_width_bits": 5120}
+    spec = cost.device_spec(capture_environment("cuda", static))
+    assert spec.estimated and spec.name == "Mystery GPU"
+    assert spec.bandwidth_gbps == pytest.approx(1593 * 5120 / 8 * 2 / 1e3)  # MHz x bytes x DDR -> GB/s
+
+
 def test_gathers_count_what_they_pick_and_inplace_ops_read_and_write():
     timer = StageTimer("cpu")
     source = torch.randn(100, 1000)

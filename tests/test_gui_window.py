@@ -104,8 +104,7 @@ def test_bundled_sample_opens(qtbot, settings):
     from gui.app import sample_video_path
 
     sample = sample_video_path()
-    if sample is None:
-        pytest.skip("resources/sample.mp4 not built yet")
+    assert sample is not None, "resources/sample.mp4 is part of the repository"
     w = MainWindow(settings=settings, sampler=None)
     qtbot.addWidget(w)
     assert w.load_path(sample), w.banner.message

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from engine import specs
 from engine.errors import UserError
+
+H200_LOADS = Path(__file__).parent / "data" / "h200" / "telemetry_loads.json"
 
 
 @pytest.mark.parametrize(
@@ -61,9 +65,13 @@ def test_table_is_complete_and_consistent():
         if spec.tf32_tflops is not None:
             assert spec.compute_capability >= (8, 0)
     h200 = specs.lookup("NVIDIA H200")
-    assert h200.measured.copy_gbps == 4200.0 and h200.measured.bf16_tflops == 791.0
-    assert h200.measured.fp32_tflops == 51.0 and h200.measured.tf32_tflops == 411.0
-    assert h200.measured.fp16_tflops == 761.0
+    # the device copy rate traces to the recorded H200 load (tests/data/h200/telemetry_loads.json: read + write)
+    copy = json.loads(H200_LOADS.read_text())["phases"]["copy"]["achieved_gbps_read_plus_write"]
+    assert h200.measured.copy_gbps == pytest.approx(copy, rel=0.05)
+    # the matmul rates have no recorded artifact here (DESIGN.md): each must lie below its datasheet peak
+    for precision in ("fp32", "tf32", "fp16", "bf16"):
+        measured, peak = getattr(h200.measured, f"{precision}_tflops"), getattr(h200, f"{precision}_tflops")
+        assert 0.5 * peak < measured <= peak, precision
     assert specs.lookup("Tesla T4").measured is None
 
 

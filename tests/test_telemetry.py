@@ -43,6 +43,25 @@ class FakeNvml:
 
     c_nvmlGpmMetricsGet_t = FakeMetricsGet
 
+    # getters that return a fixed value whatever their arguments (mW, C, bitmasks as pynvml gives them)
+    FIXED = {
+        "nvmlDeviceGetUUID": "GPU-fake-0",
+        "nvmlDeviceGetCudaComputeCapability": (9, 0),
+        "nvmlDeviceGetMemoryBusWidth": 6144,
+        "nvmlDeviceGetNumGpuCores": 132 * 128,
+        "nvmlDeviceGetEnforcedPowerLimit": 700_000,
+        "nvmlSystemGetCudaDriverVersion": 12040,
+        "nvmlSystemGetDriverVersion": "550.54.15",
+        "nvmlDeviceGetMaxPcieLinkGeneration": 5,
+        "nvmlDeviceGetMaxPcieLinkWidth": 16,
+        "nvmlDeviceGetPowerUsage": 650_000,
+        "nvmlDeviceGetTemperature": 55,
+        "nvmlDeviceGetCurrPcieLinkGeneration": 4,
+        "nvmlDeviceGetCurrPcieLinkWidth": 16,
+        "nvmlDeviceGetCurrentClocksEventReasons": 0x4,
+        "nvmlDeviceGetCurrentClocksThrottleReasons": 0x24,
+    }
+
     def __init__(
         self,
         name="NVIDIA H200",
@@ -77,6 +96,13 @@ class FakeNvml:
         self.samples: list[FakeSample] = []
 
     def __getattr__(self, name):
+        if name in FakeNvml.FIXED and name not in self.missing:
+
+            def getter(*_args):
+                self._enter(name)
+                return FakeNvml.FIXED[name]
+
+            return getter
         if name.startswith(("NVML_", "NVMLError")):  # constants and error classes, as pynvml has them
             return getattr(pynvml, name)
         raise AttributeError(name)
@@ -113,14 +139,6 @@ class FakeNvml:
         self._enter("nvmlDeviceGetName")
         return self.name
 
-    def nvmlDeviceGetUUID(self, h):
-        self._enter("nvmlDeviceGetUUID")
-        return "GPU-fake-0"
-
-    def nvmlDeviceGetCudaComputeCapability(self, h):
-        self._enter("nvmlDeviceGetCudaComputeCapability")
-        return (9, 0)
-
     def nvmlDeviceGetMemoryInfo(self, h):
         self._enter("nvmlDeviceGetMemoryInfo")
         return SimpleNamespace(used=2 * 1024**3, total=141 * 1000**3, free=0)
@@ -128,34 +146,6 @@ class FakeNvml:
     def nvmlDeviceGetMaxClockInfo(self, h, clock):
         self._enter("nvmlDeviceGetMaxClockInfo")
         return 1980 if clock == pynvml.NVML_CLOCK_SM else 3201
-
-    def nvmlDeviceGetMemoryBusWidth(self, h):
-        self._enter("nvmlDeviceGetMemoryBusWidth")
-        return 6144
-
-    def nvmlDeviceGetNumGpuCores(self, h):
-        self._enter("nvmlDeviceGetNumGpuCores")
-        return 132 * 128
-
-    def nvmlDeviceGetEnforcedPowerLimit(self, h):
-        self._enter("nvmlDeviceGetEnforcedPowerLimit")
-        return 700_000
-
-    def nvmlSystemGetCudaDriverVersion(self):
-        self._enter("nvmlSystemGetCudaDriverVersion")
-        return 12040
-
-    def nvmlSystemGetDriverVersion(self):
-        self._enter("nvmlSystemGetDriverVersion")
-        return "550.54.15"
-
-    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
-        self._enter("nvmlDeviceGetMaxPcieLinkGeneration")
-        return 5
-
-    def nvmlDeviceGetMaxPcieLinkWidth(self, h):
-        self._enter("nvmlDeviceGetMaxPcieLinkWidth")
-        return 16
 
     def nvmlDeviceGetUtilizationRates(self, h):
         self._enter("nvmlDeviceGetUtilizationRates")
@@ -165,30 +155,6 @@ class FakeNvml:
     def nvmlDeviceGetClockInfo(self, h, clock):
         self._enter("nvmlDeviceGetClockInfo")
         return 1755 if clock == pynvml.NVML_CLOCK_SM else 3201
-
-    def nvmlDeviceGetPowerUsage(self, h):
-        self._enter("nvmlDeviceGetPowerUsage")
-        return 650_000
-
-    def nvmlDeviceGetTemperature(self, h, sensor):
-        self._enter("nvmlDeviceGetTemperature")
-        return 55
-
-    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
-        self._enter("nvmlDeviceGetCurrPcieLinkGeneration")
-        return 4
-
-    def nvmlDeviceGetCurrPcieLinkWidth(self, h):
-        self._enter("nvmlDeviceGetCurrPcieLinkWidth")
-        return 16
-
-    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
-        self._enter("nvmlDeviceGetCurrentClocksEventReasons")
-        return 0x4
-
-    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h):
-        self._enter("nvmlDeviceGetCurrentClocksThrottleReasons")
-        return 0x24
 
     def nvmlDeviceGetPcieThroughput(self, h, counter):
         self._enter("nvmlDeviceGetPcieThroughput")
