@@ -129,7 +129,6 @@ def load_input(args: argparse.Namespace) -> BenchInput:
         frames = reader.read()
         info = {**reader.info.to_dict(), "warnings": list(reader.warnings), "path": str(video)}
     width, height = int(info["width"]), int(info["height"])
-    scale = np.array([1.0, width / frames.shape[2], height / frames.shape[1]], np.float32)
     ground_truth = None
     if args.queries is not None:
         queries, source = read_queries_csv(args.queries), str(args.queries)
@@ -152,9 +151,7 @@ def load_input(args: argparse.Namespace) -> BenchInput:
                 ground_truth = None
     else:
         queries, source = grid_queries(DEFAULT_GRID, width, height), f"grid {DEFAULT_GRID}x{DEFAULT_GRID}"
-    if ground_truth is not None and not np.allclose(scale, 1.0):  # compare in the frames' pixels
-        ground_truth = {**ground_truth, "tracks": ground_truth["tracks"] / scale[1:]}
-    return BenchInput(frames, queries / scale, info, ground_truth, source)
+    return BenchInput(frames, queries, info, ground_truth, source)  # the session converts pixels
 
 
 def _percentile(values: list[float], q: float) -> float | None:

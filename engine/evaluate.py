@@ -145,8 +145,6 @@ def evaluate_set(
     """Run ``tracker_name`` on every video of the set and grade it (TAP-Vid, mean over videos)."""
     if query_mode not in QUERY_MODES:
         raise UserError(f"unknown query mode {query_mode!r}", f"use one of {', '.join(QUERY_MODES)}")
-    from .video import query_scale
-
     items = find_set(set_dir)
     config = config.with_changes(tracker=tracker_name)
     if tracker is None:
@@ -156,13 +154,12 @@ def evaluate_set(
     result = EvalResult(tracker_name, config, query_mode, str(set_dir))
     for done, item in enumerate(items, start=1):
         frames, info, queries, gt_tracks, gt_visible = _load_item(item, query_mode)
-        scale = query_scale(info.width, info.height, frames)  # track in frame pixels, grade in video pixels
-        session = Session(frames, queries / scale, config, tracker=tracker, video_info=info.to_dict())
+        session = Session(frames, queries, config, tracker=tracker, video_info=info.to_dict())
         last = session.run()
         if isinstance(last, Failed):
             _raise_failed(item, tracker_name, last)
         try:
-            scores = tapvid_metrics(last.tracks * scale[1:], last.visible, gt_tracks, gt_visible, queries[:, 0],
+            scores = tapvid_metrics(last.tracks, last.visible, gt_tracks, gt_visible, queries[:, 0],
                                     size=(info.width, info.height), query_mode=query_mode)
         except ValueError as exc:
             raise UserError(f"{item.ground_truth}: cannot score: {exc}") from exc

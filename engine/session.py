@@ -25,6 +25,7 @@ from .errors import OutOfMemory, TrackerError, UserError
 from .precision import gate, precision_context
 from .stages import StageTimer
 from .trackers.base import PreparedVideo, RunContext, Tracker
+from .video import query_scale
 
 #: (tracker, device, precision, batch sizes) already run in this process: later runs are warm.
 _WARM_KEYS: set[tuple] = set()
@@ -186,8 +187,15 @@ class Session:
             timer = StageTimer(device, enabled=self.timing)
             frames = self._decode(timer)
             num_frames, height, width = frames.shape[:3]
-            self.video_info.update({"num_frames": int(num_frames), "height": int(height), "width": int(width)})
-            _check_queries(self.queries, num_frames, width, height)
+            # queries and tracks are in the video's own pixels; frames over the reader's max side come
+            # back shrunk, so the tracker works in frame pixels and the session converts both ways
+            src_w = int(self.video_info.get("width") or width)
+            src_h = int(self.video_info.get("height") or height)
+            scale = query_scale(src_w, src_h, frames)  # [1, sx, sy]: video pixels per frame pixel
+            self.video_info.update({"num_frames": int(num_frames), "width": src_w, "height": src_h,
+                                    "frame_width": int(width), "frame_height": int(height)})
+            _check_queries(self.queries, num_frames, src_w, src_h)
+            frame_queries = self.queries / scale
             tracker = self._load_tracker(config.tracker)
             tracks = np.full((n, num_frames, 2), np.nan, dtype=np.float32)
             visible = np.zeros((n, num_frames), dtype=bool)
@@ -230,7 +238,7 @@ class Session:
                             prepared = tracker.prepare(frames, ctx)
                             prepared_key = key
                             did_prepare = True
-                        result = tracker.track(prepared, self.queries[start:stop], ctx)
+                        result = tracker.track(prepared, frame_queries[start:stop], ctx)
                 except UserError:
                     raise
                 except Exception as exc:  # a tracker bug or resource failure: name it, keep what we have
@@ -251,7 +259,8 @@ class Session:
                         f"tracker {tracker.name!r} returned tracks of shape {result.tracks.shape}, "
                         f"expected {(stop - start, num_frames, 2)}"
                     )
-                tracks[start:stop] = result.tracks
+                batch_tracks = result.tracks * scale[1:]
+                tracks[start:stop] = batch_tracks
                 visible[start:stop] = result.visible
                 _WARM_KEYS.add(warm_key)
                 peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
@@ -260,7 +269,7 @@ class Session:
                     index=index,
                     start=start,
                     stop=stop,
-                    tracks=result.tracks,
+                    tracks=batch_tracks,
                     visible=result.visible,
                     stage_ms=stage_ms,
                     wall_ms=wall_ms,

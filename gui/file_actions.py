@@ -46,7 +46,7 @@ class FileActions:
             if suffix in REPORT_SUFFIXES:
                 self.open_report(path)
             elif suffix in QUERY_SUFFIXES:
-                self.set_queries(read_queries_csv(path))
+                self.set_queries(self.csv_queries(path))
                 return True
             else:
                 self.open_video(path)
@@ -68,13 +68,22 @@ class FileActions:
             warnings = list(reader.warnings)
         if len(frames) == 0:
             raise UserError(f"{path}: the video holds no frames")
-        if queries is None:
-            sidecar = path.with_suffix(".queries.csv")
-            queries = read_queries_csv(sidecar) if sidecar.exists() else None
         self.set_video(frames, fps=info.get("fps"), path=str(path), info=info, queries=queries)
+        sidecar = path.with_suffix(".queries.csv")
+        if queries is None and sidecar.exists():
+            self.set_queries(self.csv_queries(sidecar))
         self.ground_truth = _sidecar_ground_truth(path)
         if warnings:
             self.show_message("; ".join(warnings), level="warning")
+
+    def csv_queries(self, path: str | Path) -> np.ndarray:
+        """A queries CSV (the video's own pixels) in the pixels of the frames shown, shrunk or not."""
+        from engine.video import query_scale
+
+        src = self.video_info
+        return read_queries_csv(path) / query_scale(src.get("source_width") or src.get("width") or 1,
+                                                    src.get("source_height") or src.get("height") or 1,
+                                                    self.frames)
 
     def set_video(self, frames: np.ndarray, fps: float | None = None, path: str | None = None,
                   info: dict[str, Any] | None = None, queries: np.ndarray | None = None) -> None:
@@ -85,6 +94,7 @@ class FileActions:
         self.video_path = path
         t, h, w = self.frames.shape[:3]
         self.video_info = {**(info or {}), "path": path, "num_frames": t, "width": w, "height": h,
+                           "source_width": (info or {}).get("width", w), "source_height": (info or {}).get("height", h),
                            "fps": fps or (info or {}).get("fps")}
         self.current = None
         self.report = None

@@ -321,3 +321,16 @@ def test_charts_breakdown_names_stages_and_replay_clips_cold_run(qtbot):
     assert all(not t.startswith(("backbone", "refine")) for t in texts)  # values only: names are on the axis
     assert charts.stage_plot.viewRange()[1][1] < 50  # scaled to the warm batches, not the 290 ms cold one
     assert "cold run: 290 ms" in charts._cold_label.textItem.toPlainText()
+
+
+def test_queries_csv_lands_on_shrunk_frames(qtbot, settings, tmp_path):
+    """A video decoded smaller than its own size (over the reader's max side): CSV queries follow."""
+    from engine.trackio import write_queries_csv
+
+    w = MainWindow(settings=settings, sampler=None)
+    qtbot.addWidget(w)
+    w.set_video(moving_square_video(6, 32), fps=10, info={"width": 64, "height": 64, "fps": 10})
+    write_queries_csv(tmp_path / "q.csv", np.array([[1, 20.0, 30.0]], np.float32))
+    assert w.load_path(tmp_path / "q.csv")
+    np.testing.assert_allclose(w.queries, [[1, 10.0, 15.0]])
+    w.close()

@@ -140,3 +140,18 @@ def test_tracker_cache_reuses_loaded_trackers_across_sessions():
         with pytest.raises(RuntimeError):
             cache("broken")
     assert loads == ["constvel", "broken", "broken"]  # a failed load is not kept
+
+
+def test_shrunk_frames_track_in_frame_pixels_and_report_in_video_pixels():
+    """A reader shrinks frames over its max side: the session converts queries in and tracks out."""
+    frames = moving_square_video(num_frames=6, size=32)  # as decoded from a 64x64 video
+    queries = np.array([[0, 20.0, 30.0], [2, 40.0, 10.0]], np.float32)  # the video's own pixels
+    last = Session(frames, queries, RunConfig(tracker="constvel", device="cpu"),
+                   tracker=ConstantVelocityTracker(), video_info={"width": 64, "height": 64}).run()
+    assert isinstance(last, Finished)
+    # the tracker moves +1 frame pixel per frame, i.e. +2 video pixels
+    np.testing.assert_allclose(last.tracks[0, :, 0], 20.0 + 2 * np.arange(6))
+    np.testing.assert_allclose(last.tracks[1, 2], [40.0, 10.0])
+    bad = Session(frames, np.array([[0, 50.0, 5.0]], np.float32), RunConfig(tracker="constvel", device="cpu"),
+                  tracker=ConstantVelocityTracker(), video_info={"width": 48, "height": 48}).run()
+    assert isinstance(bad, Failed) and "48x48" in bad.message

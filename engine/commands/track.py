@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..video import open_video, query_scale
+    from ..video import open_video
 
     config = config_from_args(args)
     if args.out.suffix.lower() not in (".npz", ".csv"):
@@ -39,8 +39,7 @@ def run(args: argparse.Namespace) -> int:
         queries = read_queries_csv(args.queries)
     else:
         queries = grid_queries(args.grid, info["width"], info["height"])
-    scale = query_scale(info["width"], info["height"], frames)  # track in frame pixels, report in video pixels
-    session = Session(frames, queries / scale, config, video_info=info)
+    session = Session(frames, queries, config, video_info=info)  # it converts to shrunk frames' pixels
     recorder = None
     if args.report is not None:
         from ..report import RunRecorder
@@ -67,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
             raise RuntimeError(last.message)
         raise UserError(last.message, last.suggestion)
     assert isinstance(last, Finished)
-    save_tracks(args.out, last.tracks * scale[1:], last.visible, queries)
+    save_tracks(args.out, last.tracks, last.visible, queries)
     print(f"trackscope track: wrote {args.out} ({len(queries)} points, {last.wall_ms:.0f} ms)", file=sys.stderr)
     if recorder is not None:
         from ..report import save_report
