@@ -13,12 +13,15 @@ from PySide6.QtWidgets import QFileDialog, QWidget
 
 from engine.errors import UserError
 from engine.trackio import grid_queries, read_queries_csv
+from engine.video import VIDEO_EXTENSIONS
 
 from . import export
 from .model import RunData
 
 REPORT_SUFFIXES = (".json",)
 QUERY_SUFFIXES = (".csv",)
+
+VIDEO_PATTERNS = " ".join(f"*{ext}" for ext in VIDEO_EXTENSIONS)
 
 
 def _sidecar_ground_truth(video: Path) -> dict[str, np.ndarray] | None:
@@ -170,7 +173,7 @@ class FileActions:
 
     def open_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open video or report", "",
-                                              "Videos and reports (*.mp4 *.avi *.mov *.mkv *.webm *.m4v *.json);;"
+                                              f"Videos and reports ({VIDEO_PATTERNS} *.json);;"
                                               "All files (*)")
         if path:
             self.load_path(path)

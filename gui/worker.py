@@ -164,6 +164,7 @@ class RunController(QObject):
         self.trackers = TrackerCache()  # loaded once, reused by every run and loop of this window
         self._thread: QThread | None = None
         self._worker: SessionWorker | None = None
+        self._latest: SessionWorker | None = None  # the worker of the latest start(); older ones are muted
         self._outlived: list[tuple[QThread, SessionWorker]] = []  # threads still in a batch after shutdown's wait
         self.loop = False
 
@@ -194,6 +195,7 @@ class RunController(QObject):
         thread.started.connect(worker.run)
         thread.finished.connect(self._on_thread_finished)
         self._worker, self._thread = worker, thread
+        self._latest = worker
         thread.start()
         self.running_changed.emit()
 
@@ -219,6 +221,9 @@ class RunController(QObject):
         self._relay(self.report_ready, payload)
 
     def _relay(self, signal: Any, payload: Any) -> None:
+        sender = self.sender()
+        if sender is not None and sender is not self._latest:
+            return  # a late event of a run that was shut down before the latest one started
         try:
             signal.emit(payload)
         finally:

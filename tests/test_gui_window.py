@@ -265,3 +265,35 @@ def test_failed_run_keeps_previous_results_on_screen(qtbot, window):
     assert "no_such_tracker" in window.banner.message
     np.testing.assert_array_equal(window.view.tracks, previous)
     assert window.current.complete
+
+
+def test_run_outliving_shutdown_wait_is_kept_until_it_ends_then_a_new_run_ignores_its_events(qtbot):
+    """A batch longer than shutdown's wait: the thread is not destroyed while running, and the old
+    run's late events do not reach the window once a new run has started."""
+    from gui.worker import RunController
+    from tests.helpers import ConstantVelocityTracker
+
+    class Sleepy(ConstantVelocityTracker):
+        def track(self, prepared, queries, ctx):
+            time.sleep(0.6)
+            return super().track(prepared, queries, ctx)
+
+    def factory(frames, queries, config, **kwargs):
+        tracker = Sleepy() if config.tracker == "sleepy" else ConstantVelocityTracker()
+        return Session(frames, queries, config, tracker_loader=lambda name: tracker,
+                       video_info=kwargs.get("video_info"))
+
+    ctl = RunController(session_factory=factory)
+    finished = []
+    ctl.finished_run.connect(finished.append)
+    frames = moving_square_video(4, 16)
+    queries = np.array([[0, 4.0, 4.0]], np.float32)
+    with qtbot.waitSignal(ctl.started_run, timeout=5000):
+        ctl.start(frames, queries, RunConfig(tracker="sleepy", device="cpu"))
+    qtbot.wait(100)  # inside the slow batch
+    assert ctl.shutdown(wait_ms=50) is False
+    assert len(ctl._outlived) == 1
+    ctl.start(frames, queries, RunConfig(tracker="constvel", device="cpu"))
+    qtbot.waitUntil(lambda: not ctl._outlived and not ctl.running, timeout=5000)
+    assert len(finished) == 1 and finished[0].tracks.shape == (1, 4, 2)  # only the new run's Finished
+    ctl.shutdown()
