@@ -281,8 +281,25 @@ class FileActions:
             self.show_message("nothing to export yet", "run the tracker first", "info")
             return
         path = self._save_path("Export overlaid video", "tracks.mp4", "MP4 video (*.mp4)")
-        if path:
-            self._guard(export.export_video, path, self.frames, self.current, self.view.fps, self.view.trail)
+        if path:  # off the GUI thread, on a snapshot of the run: drawing every frame takes seconds
+            run = self.current
+            snapshot = RunData(run.label, dict(run.config), run.queries.copy(), run.tracks.copy(),
+                               run.visible.copy(), None, run.video_path)
+            job = export.BackgroundExport(export.export_video, path, self.frames, snapshot, self.view.fps,
+                                          self.view.trail)
+            job.done.connect(self._export_done)
+            self._exports.append(job)
+            self.statusBar().showMessage(f"exporting {path}…")
+            job.start()
+
+    def _export_done(self, result: Any) -> None:
+        self._exports = [j for j in self._exports if j is not self.sender() and j.thread.is_alive()]
+        if isinstance(result, UserError):
+            self.show_message(result.message, result.suggestion)
+        elif isinstance(result, Exception):
+            self.show_message(f"could not export the video: {type(result).__name__}: {result}")
+        else:
+            self.statusBar().showMessage(f"saved {result}", 5000)
 
     def export_png_dialog(self, widget: QWidget) -> None:
         path = self._save_path("Save PNG", "trackscope.png", "PNG image (*.png)")

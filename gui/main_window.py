@@ -108,6 +108,7 @@ class MainWindow(FileActions, QMainWindow):
         self.view.query_added.connect(self._add_query)
         self.tabs = QTabWidget()
         self._deferred: dict[QWidget, list[tuple[str, tuple]]] = {}
+        self._exports: list = []  # background video exports in flight (kept alive until done)
         self.tabs.currentChanged.connect(lambda _: self.flush_panels(self.tabs.currentWidget()))
         self.tabs.addTab(self.view, "Video")
         self.ab_view = self._add_panel("ab_view", "ABView", "A/B")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -333,4 +334,25 @@ def test_queries_csv_lands_on_shrunk_frames(qtbot, settings, tmp_path):
     write_queries_csv(tmp_path / "q.csv", np.array([[1, 20.0, 30.0]], np.float32))
     assert w.load_path(tmp_path / "q.csv")
     np.testing.assert_allclose(w.queries, [[1, 10.0, 15.0]])
+    w.close()
+
+
+def test_video_export_runs_off_the_gui_thread_and_reports_back(qtbot, settings, tmp_path, monkeypatch):
+    from gui.model import RunData
+
+    w = MainWindow(settings=settings, sampler=None)
+    qtbot.addWidget(w)
+    frames = moving_square_video(6, 32)
+    w.set_video(frames, fps=10)
+    q = w.queries
+    w.current = RunData("r", {}, q, np.repeat(q[:, None, 1:], 6, axis=1), np.ones((len(q), 6), bool))
+    threads = []
+    real = export.export_video
+    monkeypatch.setattr(export, "export_video", lambda *a: threads.append(threading.current_thread()) or real(*a))
+    out = tmp_path / "o.mp4"
+    monkeypatch.setattr(w, "_save_path", lambda *a: str(out))
+    w.export_video_dialog()
+    qtbot.waitUntil(lambda: "saved" in w.statusBar().currentMessage(), timeout=10000)
+    assert threads and threads[0] is not threading.main_thread()
+    assert open_video(out).read().shape == (6, 32, 32, 3)
     w.close()
