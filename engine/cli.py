@@ -10,6 +10,7 @@ import argparse
 import importlib
 import sys
 import traceback
+from pathlib import Path
 from typing import Sequence
 
 from .errors import UserError
@@ -47,9 +48,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _looks_like_command(word: str) -> bool:
+    """A bare word that is no option and no existing file or folder: a mistyped subcommand."""
+    return not word.startswith("-") and not Path(word).exists() and not any(c in word for c in "./\\")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help")):
+    first = argv[0] if argv else ""
+    if first and first not in SUBCOMMANDS and _looks_like_command(first):
+        print(f"trackscope: error: unknown command {first!r} (choose from {', '.join(SUBCOMMANDS)})",
+              file=sys.stderr)
+        return 2
+    if not argv or (first not in SUBCOMMANDS and first not in ("-h", "--help")):
         argv = ["gui", *argv]  # `trackscope`, `trackscope VIDEO`, `trackscope --run`: the app
     command = argv[0] if argv[0] in SUBCOMMANDS else None  # None: -h/--help, which parse_args answers and exits
     try:

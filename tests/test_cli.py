@@ -73,3 +73,8 @@ def test_eval_on_a_written_set(tmp_path, capsys):
     assert cli.main(["eval", str(tmp_path / "set"), "--tracker", "lk"]) == 0
     out = capsys.readouterr().out
     assert "synth_000" in out and "mean" in out and "lk AJ" in out
+
+
+def test_mistyped_command_is_named_not_opened_as_a_video(capsys, gui_calls):
+    assert cli.main(["trak", "x.mp4"]) == 2
+    assert "unknown command 'trak'" in capsys.readouterr().err and not gui_calls
