@@ -205,3 +205,36 @@ def test_bundled_sample_is_consistent():
     np.testing.assert_array_equal(q[:, 0].astype(int), gt["query_t"])
     assert gt["visible"][np.arange(n), gt["query_t"]].all()
     assert sum(f.stat().st_size for f in root.glob("sample.*")) < 5 * 1024 * 1024
+
+
+SQUARE = SynthConfig(num_frames=8, height=48, width=48, num_points=64, photometric=False, num_sprites=(2, 4))
+
+
+def test_batch_views_keep_ground_truth_exact(bank):
+    from engine.synthetic.config import SynthBatch
+    from engine.synthetic.views import ALL_VIEWS, FLIP_X, REVERSE, batch_view
+
+    b = generate_batch(2, SQUARE, bank, _gen(11), "cpu")
+    base = _agreement(b.video, b.tracks, b.visible, b.queries)
+    assert base > 0.9
+    for view in range(ALL_VIEWS):
+        v = batch_view(b, view)
+        assert v.video.shape == b.video.shape and v.tracks.shape == b.tracks.shape
+        assert _agreement(v.video, v.tracks, v.visible, v.queries) == pytest.approx(base, abs=1e-6), view
+        qt = v.queries[..., 0].round().long()
+        picked = torch.gather(v.visible, 2, qt.unsqueeze(-1))
+        assert bool(picked.all()), view  # every query stays visible at its own frame
+    reversed_ = batch_view(b, REVERSE | FLIP_X)
+    assert torch.equal(batch_view(reversed_, REVERSE | FLIP_X).video, b.video)  # each view is its own inverse
+    # a view that moves the pixels but not the tracks must break the check (so the check can fail)
+    wrong = SynthBatch(video=b.video.flip(3), tracks=b.tracks, visible=b.visible, queries=b.queries)
+    assert _agreement(wrong.video, wrong.tracks, wrong.visible, wrong.queries) < base - 0.2
+
+
+def test_transpose_view_needs_square_frames(bank):
+    from engine.synthetic.views import TRANSPOSE, batch_view
+
+    b = generate_batch(1, SMALL, bank, _gen(1), "cpu")
+    batch_view(b, 1)
+    with pytest.raises(ValueError, match="square"):
+        batch_view(b, TRANSPOSE)

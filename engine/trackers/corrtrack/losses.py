@@ -10,6 +10,8 @@ import torch.nn.functional as F
 from .model import ACCURACY_PX, FEATURE_STRIDE, INIT_LEVEL, POOL_FACTORS
 
 HUBER_DELTA_PX = 4.0  # quadratic below, linear above (pixels at the model's 256x256 resolution)
+# The loss is huber / delta, so above delta every pixel of error weighs the same whatever delta is; a
+# smaller delta only strengthens the pull on errors below it (sub-pixel precision).
 POSITION_WEIGHT = 0.05  # a 20 px error weighs about as much as a confident visibility mistake
 VISIBILITY_WEIGHT = 1.0
 ACCURACY_WEIGHT = 0.5
@@ -57,7 +59,8 @@ def match_loss(logits: torch.Tensor, gt_tracks: torch.Tensor, gt_visible: torch.
 
 
 def track_losses(outputs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], match_logits: torch.Tensor,
-                 gt_tracks: torch.Tensor, gt_visible: torch.Tensor) -> LossTerms:
+                 gt_tracks: torch.Tensor, gt_visible: torch.Tensor, huber_delta: float = HUBER_DELTA_PX
+                 ) -> LossTerms:
     """Losses over every estimate (initial + iterations) and the global match.
 
     outputs: [(pos [B, N, T, 2], vis logit [B, N, T], acc logit [B, N, T])]; match_logits [B, N, T, s, s];
@@ -71,8 +74,8 @@ def track_losses(outputs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
     for i, (pos, vis, acc) in enumerate(outputs):
         weight = ITERATION_DECAY ** (k - i)
         err = pos.float() - gt_tracks
-        huber = F.huber_loss(err, torch.zeros_like(err), reduction="none", delta=HUBER_DELTA_PX).sum(-1)
-        pos_sum = pos_sum + weight * _masked_mean(huber / HUBER_DELTA_PX, gt_visible)
+        huber = F.huber_loss(err, torch.zeros_like(err), reduction="none", delta=huber_delta).sum(-1)
+        pos_sum = pos_sum + weight * _masked_mean(huber / huber_delta, gt_visible)
         vis_sum = vis_sum + weight * F.binary_cross_entropy_with_logits(vis.float(), gt_vis)
         accurate = (err.detach().norm(dim=-1) < ACCURACY_PX).float()
         acc_bce = F.binary_cross_entropy_with_logits(acc.float(), accurate, reduction="none")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import shlex
 import statistics
 import sys
@@ -24,7 +25,7 @@ import torch
 
 from ...devices import resolve_device
 from ...errors import UserError
-from .losses import track_losses
+from .losses import HUBER_DELTA_PX, track_losses
 from .model import CorrTrackNet, count_parameters, visible_from_logits
 from .weights import load_model, save_model
 
@@ -51,6 +52,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
     p.add_argument("--weight-decay", type=float, default=1e-4)
     p.add_argument("--warmup-steps", type=int, default=200)
+    p.add_argument("--huber-delta", type=float, default=HUBER_DELTA_PX,
+                   help="pixels where the position loss turns from quadratic to linear")
+    p.add_argument("--echo", type=int, default=1,
+                   help="steps per rendered batch: each reuse sees a random flip/transpose/time-reversed view")
     p.add_argument("--resume", type=Path, default=None, help="start from these weights (safetensors + manifest)")
     p.add_argument("--val-every", type=float, default=60.0, help="seconds between validations")
     p.add_argument("--val-videos", type=int, default=32)
@@ -117,9 +122,12 @@ def validate(model: CorrTrackNet, batches: list[Any], device: torch.device, prec
 
 def run(args: argparse.Namespace) -> int:
     from ...synthetic import SynthConfig, TextureBank, generate_batch
+    from ...synthetic.views import ALL_VIEWS, batch_view
 
     if args.batch_size < 1 or args.num_points < 1 or args.num_frames < 2:
         raise UserError("batch size and points must be >= 1 and frames >= 2")
+    if args.echo < 1 or args.huber_delta <= 0:
+        raise UserError("--echo must be >= 1 and --huber-delta > 0")
     if args.steps <= 0 and args.minutes <= 0:
         raise UserError("give --steps or a positive --minutes")
     device = resolve_device(args.device)
@@ -147,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = SynthConfig(num_frames=args.num_frames, num_points=args.num_points)
     gen = torch.Generator(device=device)
     gen.manual_seed(args.seed * 7919 + 17)
+    view_rng = random.Random(args.seed)
     val_batches = make_val_set(device, args.val_videos, args.num_frames, args.num_points, VAL_BATCH,
                                args.texture_size)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -175,14 +184,18 @@ def run(args: argparse.Namespace) -> int:
         if probe:
             torch.cuda.synchronize(device)
             t_gen = time.perf_counter()
-        batch = generate_batch(args.batch_size, cfg, textures, gen, device)
+        if step % args.echo == 0:
+            rendered = generate_batch(args.batch_size, cfg, textures, gen, device)
+            batch = rendered
+        else:
+            batch = batch_view(rendered, view_rng.randrange(1, ALL_VIEWS))
         if probe:
             torch.cuda.synchronize(device)
             t_step = time.perf_counter()
             probes.append((t_step - t_gen) * 1e3)
         with _autocast(device, args.precision):
             outputs, match_logits = step_fn(batch.video, batch.queries)
-        terms = track_losses(outputs, match_logits, batch.tracks, batch.visible)
+        terms = track_losses(outputs, match_logits, batch.tracks, batch.visible, args.huber_delta)
         opt.zero_grad(set_to_none=True)
         terms.total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
@@ -191,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
             torch.cuda.synchronize(device)
             probes.append((time.perf_counter() - t_step) * 1e3)
             if step == PROBE_STEPS[-1]:
-                print(f"probe: generate {statistics.median(probes[0::2]):.1f} ms, update "
+                print(f"probe: batch (render or view) {statistics.median(probes[0::2]):.1f} ms, update "
                       f"{statistics.median(probes[1::2]):.1f} ms per step (median of {len(PROBE_STEPS)})", flush=True)
         step += 1
         if step % LOG_EVERY == 0:
@@ -224,7 +237,8 @@ def _validate_and_save(model: CorrTrackNet, val_batches: list[Any], device: torc
         "total_steps": args.prior_steps + step,
         "resumed_from": str(args.resume) if args.resume else None,
         "batch_size": args.batch_size, "num_frames": args.num_frames, "num_points": args.num_points,
-        "lr": args.lr, "precision": args.precision, "seed": args.seed,
+        "lr": args.lr, "precision": args.precision, "seed": args.seed, "echo": args.echo,
+        "huber_delta": args.huber_delta,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "seconds": point["time_s"],
     }
