@@ -1,13 +1,18 @@
 """Live charts: GPU (or CPU) telemetry on a shared time axis, per-batch stage bars, stage breakdown.
 
 Data and paint rates are independent: the telemetry sampler fills ring buffers in its own thread and
-a 10 Hz QTimer here copies a snapshot and calls ``setData`` on preallocated curves (no antialias,
-fixed ranges, ``skipFiniteCheck`` when a series has no NaN). Hidden charts do not poll.
+one QTimer here (``poll``, POLL_HZ) does all the drawing: a snapshot into preallocated curves (no
+antialias, fixed ranges, ``skipFiniteCheck`` when a series has no NaN), the stage bars when a batch came
+in, the breakdown at most every BREAKDOWN_MS, and the time axis, so the charts repaint at most once per
+tick. Hidden charts do nothing: what changed meanwhile is drawn on the first tick after they show.
+The charts share the GUI thread (and the GIL) with the tracker's Python, so every millisecond here is
+one the tracker may wait for: ``scripts/gui_bench.py`` measures it.
 Time is seconds since ``origin`` (a ``time.perf_counter()`` value, the clock of session events).
 """
 
 from __future__ import annotations
 
+import bisect
 import time
 from typing import Any
 
@@ -18,7 +23,10 @@ from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from engine.config import RunConfig
 
-POLL_HZ = 5.0  # paint rate; the sampler's data rate (10 Hz) is independent of it
+POLL_HZ = 5.0  # highest paint rate; the sampler's data rate (10 Hz) is independent of it
+#: on a long time axis the charts redraw less often: when the newest sample has moved this many pixels
+#: (a 60 s page on a 450 px plot: ~2 Hz); redrawing a curve for a sub-pixel step only costs the tracker
+MIN_STEP_PX = 4.0
 RSS_HEADROOM = 1.2  # the process-memory axis is set this far above the peak, and moved only when outgrown
 STAGE_PLOT_TITLE = "Stage time per batch (colours: stages, named below)"
 BREAKDOWN_AXIS_PX = 100  # the breakdown names its stages on its left axis
@@ -32,7 +40,10 @@ TIME_PLOT_MIN_PX = 90  # the charts scroll rather than squeeze a plot below this
 STAGE_PLOT_MIN_PX = 170  # the stage bars need more height than a telemetry curve
 BREAKDOWN_ROW_PX = 20  # height per stage in the breakdown
 BREAKDOWN_EXTRA_PX = 60  # title and axis of the breakdown
-BREAKDOWN_MS = 2000  # the per-stage breakdown redraws at most this often during a run (each redraw ~4 ms)
+BREAKDOWN_MS = 2000  # the per-stage breakdown redraws at most this often during a run (each redraw 1-2 ms)
+#: the stage axis is refitted only when the bars in view outgrow it or fill less than 1/STAGE_SLACK of it
+STAGE_HEADROOM = 1.3
+STAGE_SLACK = 2.5
 WINDOW_S = 60.0  # seconds of telemetry shown while live
 LEAD_S = 2.0  # seconds shown before the first run's start
 MIN_SPAN_S = 10.0  # the live time axis spans at least this
@@ -52,11 +63,14 @@ BORING_CLOCK_REASONS = 0x1 | 0x2
 MARKER_PEN = pg.mkPen((255, 200, 0), width=1, style=Qt.PenStyle.DashLine)
 
 
-def _curve(plot: pg.PlotItem, name: str, colour: tuple[int, int, int], width: float = 1.0) -> pg.PlotDataItem:
-    return plot.plot(name=name, pen=pg.mkPen(colour, width=width), antialias=False)
+def _curve(plot: pg.PlotItem, name: str, colour: tuple[int, int, int]) -> pg.PlotCurveItem:
+    """A bare curve: PlotCurveItem.setData costs a fraction of PlotDataItem's (no downsampling layers)."""
+    curve = pg.PlotCurveItem(name=name, pen=pg.mkPen(colour), antialias=False)
+    plot.addItem(curve)
+    return curve
 
 
-def _set(curve: pg.PlotDataItem, x: np.ndarray, y: np.ndarray | None) -> None:
+def _set(curve: pg.PlotCurveItem, x: np.ndarray, y: np.ndarray | None) -> None:
     """setData with the finite check skipped when the series has no NaN."""
     if y is None or len(y) != len(x) or not np.isfinite(y).any():
         curve.setData(x=np.zeros(0), y=np.zeros(0))
@@ -100,7 +114,12 @@ class ChartsPanel(QWidget):
         self._batches: list[tuple[float, float, dict[str, float]]] = []  # (t_end, wall_s, stage_ms)
         self._markers: list[tuple[float, str]] = []
         self._x_page = (0.0, -1.0)  # current (lo, hi) of the live time axis; empty until the first poll
+        self._x_want: tuple[float, float] | None = None  # the time axis the next tick sets (page or focus)
+        self._x_shown: tuple[float, float] | None = None
         self._last_sample: float | None = None
+        self._bars_dirty = False  # a batch came in since the stage bars were drawn
+        self._breakdown_due: float | None = None  # perf_counter time of the next breakdown redraw
+        self._cost: dict[str, Any] | None = None  # the latest run's cost model, labelled in the breakdown
         self._follow = True
         self._run_first_batch = 0  # index in _batches of the latest run's first batch
         self._marker_items: list[pg.InfiniteLine] = []
@@ -129,7 +148,7 @@ class ChartsPanel(QWidget):
         self.stage_plot.setLabel("bottom", "time", units="s")
         self.stage_plot.setMinimumHeight(STAGE_PLOT_MIN_PX)
         for p in (self.util, self.bw, self.mem, self.clock, self.power):
-            p.getAxis("bottom").setStyle(showValues=False)
+            p.hideAxis("bottom")  # the stage plot's axis names the shared time; each axis is redrawn when it moves
         self.breakdown = self.glw.addPlot(row=6, col=0, title="Per-stage breakdown of the last run (ms)")
         self.breakdown.setMenuEnabled(False)
         self.breakdown.setMouseEnabled(False, False)
@@ -165,14 +184,6 @@ class ChartsPanel(QWidget):
         self._breakdown_top = 0.0
         self.set_static({}, {})
 
-        self._breakdown_timer = QTimer(self)
-        self._breakdown_timer.setSingleShot(True)
-        self._breakdown_timer.setInterval(BREAKDOWN_MS)
-        self._breakdown_timer.timeout.connect(self._draw_breakdown)
-        self._bars_timer = QTimer(self)  # stage bars redraw at the paint rate, not once per batch
-        self._bars_timer.setSingleShot(True)
-        self._bars_timer.setInterval(int(1000 / POLL_HZ))
-        self._bars_timer.timeout.connect(self._draw_stage_bars)
         self._rss_top = 0.0
         self._timer = QTimer(self)
         self._timer.setInterval(int(1000 / POLL_HZ))
@@ -210,6 +221,7 @@ class ChartsPanel(QWidget):
         self.dram_gbps = self.gpu and has["dram_bw_gbps"]
         for p in (self.bw, self.clock, self.power):
             p.setVisible(self.gpu)
+            p.setXLink(self.util if self.gpu else None)  # a hidden plot need not follow every range change
         if self.gpu:
             name = self.static.get("name", "GPU")
             self.util.setTitle(f"{name}: GPU busy %" + (" and SM active %" if has["sm_active_pct"] else
@@ -275,20 +287,22 @@ class ChartsPanel(QWidget):
         line.label.setFormat(label)
 
     def attach_sampler(self, sampler: Any) -> None:
-        """Poll ``sampler`` (engine.telemetry.TelemetrySampler or None) at 10 Hz while shown."""
+        """Draw live: poll ``sampler`` (engine.telemetry.TelemetrySampler or None) at POLL_HZ while shown."""
         self.sampler = sampler
         self.live = True
         if sampler is not None:
             self.set_static(sampler.static_info(), sampler.availability())
-            self._timer.start()
         else:
-            self._timer.stop()
             self.set_static({}, {})
+        self._timer.start()
 
     def stop(self) -> None:
         self._timer.stop()
-        self._breakdown_timer.stop()
-        self._bars_timer.stop()
+
+    def showEvent(self, event) -> None:  # noqa: N802
+        super().showEvent(event)
+        if self.live and self._timer.isActive():
+            QTimer.singleShot(0, self.poll)  # catch up at once with what changed while hidden
 
     def set_origin(self, t0: float) -> None:
         self.origin = t0
@@ -297,17 +311,26 @@ class ChartsPanel(QWidget):
 
     # -- telemetry ------------------------------------------------------------------------------------------
     def poll(self) -> None:
-        """Copy the latest window of the sampler's buffers into the curves (skipped when hidden)."""
-        if self.sampler is None or not self.isVisible():
+        """One drawing tick: new telemetry samples, stage bars, breakdown when due, time axis (not when hidden)."""
+        if not self.isVisible():
             return
         now = time.perf_counter()
-        snap = self.sampler.snapshot(since=now - WINDOW_S)
-        t = snap.get("t")
-        last = float(t[-1]) if t is not None and len(t) else None
-        if last is not None and last != self._last_sample:  # redraw only when a sample arrived
-            self._last_sample = last
-            self.show_telemetry(snap, self.origin)
-        self._page_time_axis(now - self.origin)
+        if self.sampler is not None and self.live:
+            snap = self.sampler.snapshot(since=now - WINDOW_S)
+            t = snap.get("t")
+            last = float(t[-1]) if t is not None and len(t) else None
+            if last is not None and last != self._last_sample:  # redraw only when a sample arrived
+                self._last_sample = last
+                self.show_telemetry(snap, self.origin)
+        if self._follow:
+            self._page_time_axis(now - self.origin)
+        if self._x_want is not None and self._x_want != self._x_shown:
+            self._x_shown = self._x_want
+            self.util.setXRange(*self._x_want, padding=0)
+        if self._bars_dirty:
+            self._draw_stage_bars()
+        if self._breakdown_due is not None and now >= self._breakdown_due:
+            self._draw_breakdown()
         self.polls += 1
 
     def follow(self) -> None:
@@ -318,21 +341,28 @@ class ChartsPanel(QWidget):
         self._follow = True
         self._run_first_batch = len(self._batches)
         self._x_page = (0.0, -1.0)
+        self._x_shown = None
+        self._cost = None
+        if not self._timer.isActive():
+            self._timer.start()
 
     def focus(self, lo: float, hi: float) -> None:
-        """Hold the time axis on [lo, hi] (a finished run) until ``follow()``; telemetry keeps updating."""
+        """Hold the time axis on [lo, hi] (a finished run) until ``follow()``; telemetry keeps updating.
+
+        Applied by the next tick, with the stage axis refitted to the bars in view, not older ones.
+        """
         self._follow = False
         pad = max(0.1, 0.1 * (hi - lo))
-        self.util.setXRange(lo - pad, hi + pad, padding=0)
-        heights = [sum(ms.values()) for t_end, _, ms in self._batches if t_end >= lo - pad]
-        if heights and max(heights) > 0:  # the stage axis fits the bars in view, not older ones
-            self._stage_top = max(heights) * 1.1
-            self.stage_plot.setYRange(0, self._stage_top, padding=0)
+        self._x_want = (lo - pad, hi + pad)
+        self._bars_dirty = True
+
+    def set_cost(self, cost: dict[str, Any] | None) -> None:
+        """The finished run's cost model: the next tick redraws the breakdown with % of roofline."""
+        self._cost = cost
+        self._breakdown_due = time.perf_counter()
 
     def _page_time_axis(self, x1: float) -> None:
         """Move the shared time axis in pages, not every poll: a moving range re-lays out every axis."""
-        if not self._follow:
-            return
         lo, hi = self._x_page
         if lo <= x1 <= hi:
             return
@@ -341,8 +371,9 @@ class ChartsPanel(QWidget):
             span *= 2
         span = min(span, WINDOW_S)
         lo = -LEAD_S if x1 < span - LEAD_S - PAGE_SLACK_S else x1 - (span - PAGE_STEP_S)
-        self._x_page = (lo, lo + span)
-        self.util.setXRange(lo, lo + span, padding=0)
+        self._x_page = self._x_want = (lo, lo + span)
+        px = max(self.util.getViewBox().width(), 100.0)
+        self._timer.setInterval(int(1000 * max(1 / POLL_HZ, MIN_STEP_PX * span / px)))
 
     def show_telemetry(self, snap: dict[str, np.ndarray], origin: float = 0.0) -> None:
         """Draw a telemetry snapshot (key "t" in seconds; NaN where not available)."""
@@ -379,9 +410,12 @@ class ChartsPanel(QWidget):
         hit = (r & ~BORING_CLOCK_REASONS) != 0
         self.reason_dots.setData(x=x[hit], y=np.nan_to_num(clk[hit]))
         last = int(r[-1]) & ~BORING_CLOCK_REASONS
-        self.reason_text.setText("limited: " + ", ".join(_decode_reasons(last)) if last else "")
+        text = "limited: " + ", ".join(_decode_reasons(last)) if last else ""
+        if text != self.reason_text.textItem.toPlainText():
+            self.reason_text.setText(text)
         vr = self.clock.viewRange()
-        self.reason_text.setPos(vr[0][0], vr[1][1])
+        if (vr[0][0], vr[1][1]) != self.reason_text.pos().toTuple():
+            self.reason_text.setPos(vr[0][0], vr[1][1])
 
     # -- stages -------------------------------------------------------------------------------------------
     def set_stages(self, stages: list[str] | tuple[str, ...]) -> None:
@@ -393,25 +427,33 @@ class ChartsPanel(QWidget):
         """One stacked bar for a batch that ended at ``t_end`` (seconds on the shared axis)."""
         self.set_stages(list(stage_ms))
         self._batches.append((t_end, wall_ms / 1e3, dict(stage_ms)))
-        if not self._bars_timer.isActive():
-            self._bars_timer.start()
-        if not self._breakdown_timer.isActive():  # coalesced: at most every BREAKDOWN_MS
-            self._breakdown_timer.start()
+        self._bars_dirty = True  # drawn by the next tick: many batches, one redraw
+        if self._breakdown_due is None:  # coalesced: at most every BREAKDOWN_MS
+            self._breakdown_due = time.perf_counter() + BREAKDOWN_MS / 1e3
 
     def _draw_stage_bars(self) -> None:
-        """Update one BarGraphItem per stage in place (created the first time a stage is seen)."""
-        if not self._batches:
+        """Update one BarGraphItem per stage in place (created the first time a stage is seen).
+
+        Live, only the batches of the last WINDOW_S seconds and of the latest run are drawn (what the
+        time axis can show), so a redraw costs the same an hour into a session as in its first minute.
+        """
+        self._bars_dirty = False
+        batches = self._batches
+        if not batches:
             for item in self._stage_bars.values():
                 self.stage_plot.removeItem(item)
             self._stage_bars = {}
             return
-        t_end = np.array([b[0] for b in self._batches])
-        wall = np.array([b[1] for b in self._batches])
+        if self.live:
+            first = bisect.bisect_left(batches, batches[-1][0] - WINDOW_S, key=lambda b: b[0])
+            batches = batches[min(first, self._run_first_batch):]
+        t_end = np.array([b[0] for b in batches])
+        wall = np.array([b[1] for b in batches])
         min_w = max(1e-3, 0.002 * max(1.0, float(t_end.max() - (t_end - wall).min())))
         x0 = t_end - np.maximum(wall, min_w)
         bottom = np.zeros(len(t_end))
         for i, s in enumerate(self.stages):
-            h = np.array([b[2].get(s, 0.0) for b in self._batches])
+            h = np.array([b[2].get(s, 0.0) for b in batches])
             item = self._stage_bars.get(s)
             if item is None:
                 if not h.any():
@@ -423,10 +465,11 @@ class ChartsPanel(QWidget):
             else:
                 item.setOpts(x0=x0, x1=t_end, y0=bottom.copy(), height=h)
             bottom += h
-        top = float(bottom.max()) * 1.1 or 1.0
-        if top > self._stage_top or top < 0.5 * self._stage_top:
-            self._stage_top = top
-            self.stage_plot.setYRange(0, top, padding=0)
+        in_view = t_end >= self._x_want[0] if self.live and self._x_want else np.ones(len(t_end), bool)
+        peak = float(bottom[in_view].max()) if in_view.any() else 0.0
+        if peak > 0 and not (peak * 1.05 <= self._stage_top <= peak * STAGE_SLACK):
+            self._stage_top = peak * STAGE_HEADROOM  # moved only when outgrown: a moving axis re-lays out
+            self.stage_plot.setYRange(0, self._stage_top, padding=0)
 
     def stage_totals(self, last_run: bool = True) -> dict[str, float]:
         """ms per stage summed over the batches of the latest run (or of every run shown)."""
@@ -501,7 +544,10 @@ class ChartsPanel(QWidget):
                                   + 20)
 
     def _draw_breakdown(self) -> None:
-        self.set_breakdown(self.stage_totals())
+        self._breakdown_due = None
+        totals = self.stage_totals()
+        if totals:  # a run that has no batch yet leaves the previous run's breakdown up, not an empty one
+            self.set_breakdown(totals, self._cost)
 
     def _clip_cold(self, report: dict[str, Any]) -> None:
         """Scale the stage axis to the warm batches when a cold run dwarfs them, and label the cold bar."""
@@ -545,8 +591,8 @@ class ChartsPanel(QWidget):
         self._run_first_batch = 0
         self.stages = []
         self._stage_top = 0.0
-        self._breakdown_timer.stop()
-        self._bars_timer.stop()
+        self._breakdown_due = None
+        self._cost = None
         self._draw_stage_bars()
         self.set_breakdown({})
 

@@ -355,7 +355,7 @@ class MainWindow(FileActions, QMainWindow):
             self.report = report
             self.recorder = self._pending_recorder
             self._panel_call(self.diagnosis, "set_report", report)
-            self.charts.set_breakdown(self.charts.stage_totals(), report.get("cost"))
+            self.charts.set_cost(report.get("cost"))
             if not event.cancelled and (not self.controller.loop or not self.history
                                         or self.history[-1].label != run.label):
                 self._panel_call(self.tradeoff, "add_report", report)

@@ -1,10 +1,13 @@
 """Measure the GUI under load: playback fps and event-loop stalls while a run is in progress,
 and what the live charts cost the tracker (same run with the charts shown and hidden).
 
-    python scripts/gui_bench.py [--points 1000] [--trail 10] [--repeats 3] [--tracker lk]
+    python scripts/gui_bench.py [--points 1000] [--trail 10] [--repeats 30] [--tracker lk] [--charts-only]
 
 Runs offscreen unless a display is set (QT_QPA_PLATFORM=offscreen is the default here). Frames drawn
-are counted as paint events of the video view, not as timer ticks.
+are counted as paint events of the video view, not as timer ticks. The charts' cost is measured on runs
+in pairs, charts shown then hidden (ABAB...), after one discarded pair: the median of the per-pair
+ratios cancels slow drift in the machine's load, and the GUI thread's own CPU time per second of run
+is the direct cost of drawing, far less noisy than the tracker's wall time on a shared machine.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 HEARTBEAT_MS = 10
 PLAYBACK_SPEED = 2.0  # 24 fps sample at 2x asks for 48 frames per second
 RUN_TIMEOUT_S = 300.0
+SETTLE_S = 0.5  # event loop time between showing or hiding the charts and the next run
 
 
 class PaintCounter(QObject):
@@ -70,6 +74,13 @@ class Heartbeat:
         self._last = now
 
 
+def settle(seconds: float) -> None:
+    """Run the event loop for ``seconds`` (pending layout, paints and timers)."""
+    loop = QEventLoop()
+    QTimer.singleShot(int(seconds * 1e3), loop.quit)
+    loop.exec()
+
+
 def wait_run(window, gui_cpu: list | None = None) -> float:
     """Start a run and spin the event loop until it ends; returns the run's wall ms (tracker time).
 
@@ -103,7 +114,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=1000)
     parser.add_argument("--trail", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=3, help="runs per charts-shown/hidden condition")
+    parser.add_argument("--repeats", type=int, default=30, help="shown/hidden pairs of runs")
+    parser.add_argument("--charts-only", action="store_true", help="only the charts shown vs hidden runs")
     parser.add_argument("--tracker", default="lk")
     parser.add_argument("--points-per-batch", type=int, default=100)
     parser.add_argument("--device", default="cpu", help="device of the runs (cpu, cuda, auto)")
@@ -130,12 +142,26 @@ def main() -> int:
     k = int(np.ceil(np.sqrt(args.points)))
     window.set_queries(grid_queries(k, w, h)[: args.points])
     window.view.trail = args.trail
-    counter = PaintCounter()
-    window.view.plot.viewport().installEventFilter(counter)
-    beat = Heartbeat()
-
-    # 1. playback while running: frames drawn per second and the worst stall
+    window.charts_dock.setVisible(True)  # the dock's state is restored from the settings file otherwise
     wait_run(window)  # warm-up (fills the tracks so every frame has 1,000 points and trails)
+    print(f"video: {sample.name} {w}x{h}, {window.view.num_frames} frames; {len(window.queries)} points, "
+          f"{args.trail}-frame trails; tracker {args.tracker} on {args.device}, "
+          f"{args.points_per_batch} points per batch; "
+          f"charts: {'GPU (NVML)' if window.charts.gpu else 'CPU'}")
+    load0 = os.getloadavg()
+    if not args.charts_only:
+        playback(app, window)
+    charts_cost(window, args.repeats)
+    print(f"machine load average (1, 5, 15 min) at start: {', '.join(f'{v:.1f}' for v in load0)}, at end: "
+          f"{', '.join(f'{v:.1f}' for v in os.getloadavg())} on {os.cpu_count()} cores")
+    window.close()
+    return 0
+
+
+def playback(app, window) -> None:
+    """Frames drawn per second and the event loop's worst stall while a run is in progress (charts shown)."""
+    counter, beat = PaintCounter(), Heartbeat()
+    window.view.plot.viewport().installEventFilter(counter)
     window.view.set_speed(PLAYBACK_SPEED)
     window.view.set_playing(True)
     counter.count = 0
@@ -148,10 +174,6 @@ def main() -> int:
     fps = counter.count / elapsed
     target = window.view.fps * PLAYBACK_SPEED
     gaps = np.asarray(beat.gaps)
-    print(f"video: {sample.name} {w}x{h}, {window.view.num_frames} frames; {len(window.queries)} points, "
-          f"{args.trail}-frame trails; tracker {args.tracker} on {args.device}, "
-          f"{args.points_per_batch} points per batch; "
-          f"charts: {'GPU (NVML)' if window.charts.gpu else 'CPU'}")
     print(f"playback during a run ({elapsed:.2f} s, run {run_ms:.0f} ms): {fps:.1f} frames drawn per second "
           f"(asked for {target:.0f})")
     print(f"event loop: heartbeat {HEARTBEAT_MS} ms, max gap {gaps.max():.1f} ms, "
@@ -161,7 +183,7 @@ def main() -> int:
     print("  worst gaps (ms, ending at ms since start): "
           + ", ".join(f"{gaps[i]:.0f} at {beat.at[i]:.0f}" for i in worst) + f"; the run ended at {elapsed * 1e3:.0f}")
 
-    # 2. uncapped drawing rate (timer as fast as it goes), no run
+    # uncapped drawing rate (timer as fast as it goes), no run
     window.view._timer.setInterval(0)
     window.view.set_playing(True)
     counter.count = 0
@@ -172,29 +194,41 @@ def main() -> int:
     print(f"uncapped playback, idle tracker: {counter.count / (time.perf_counter() - t0):.1f} frames drawn per second")
     window.view._update_interval()
 
-    # 3. tracker time with the charts shown vs hidden (order alternates ABBA to cancel drift; medians)
-    shown, hidden, cpu_shown, cpu_hidden = [], [], [], []
-    for i in range(args.repeats):
-        for show in ((True, False) if i % 2 == 0 else (False, True)):
-            window.charts_dock.setVisible(show)
-            app.processEvents()
-            polls = window.charts.polls
-            if show:
-                shown.append(wait_run(window, cpu_shown))
-                assert window.charts.polls > polls, "charts did not poll while shown"
-            else:
-                hidden.append(wait_run(window, cpu_hidden))
-    ms_shown, ms_hidden = statistics.median(shown), statistics.median(hidden)
-    print(f"tracker time, charts shown: {ms_shown:.0f} ms (runs {', '.join(f'{v:.0f}' for v in shown)})")
-    print(f"tracker time, charts hidden: {ms_hidden:.0f} ms (runs {', '.join(f'{v:.0f}' for v in hidden)})")
-    print(f"ratio shown/hidden: {ms_shown / ms_hidden:.3f} ({100 * (ms_shown / ms_hidden - 1):+.1f} %)")
-    print(f"GUI thread CPU during runs: charts shown {statistics.median(cpu_shown):.0f} ms/s, "
-          f"hidden {statistics.median(cpu_hidden):.0f} ms/s (the charts' own cost, less noisy than wall time)")
-    print(f"machine load average while measuring: {', '.join(f'{v:.1f}' for v in os.getloadavg())} "
-          f"on {os.cpu_count()} cores")
-    window.close()
-    return 0
 
+def charts_cost(window, pairs: int) -> None:
+    """Tracker time and GUI-thread CPU with the charts dock shown vs hidden, in ABAB... pairs."""
+    runs: dict[bool, list[float]] = {True: [], False: []}
+    cpu: dict[bool, list[float]] = {True: [], False: []}
+    for i in range(pairs + 1):
+        for show in (True, False):
+            window.charts_dock.setVisible(show)
+            settle(SETTLE_S)  # showing the dock repaints it all once: a cost of the toggle, not of the run
+            polls = window.charts.polls
+            ms = wait_run(window, cpu[show])
+            runs[show].append(ms)
+            if show:
+                assert window.charts.polls > polls, "charts did not poll while shown"
+        if i == 0:  # the first pair warms both conditions up
+            for lists in (runs, cpu):
+                for v in lists.values():
+                    v.clear()
+    shown, hidden = np.asarray(runs[True]), np.asarray(runs[False])
+    ratios = shown / hidden
+    q1, q3 = np.percentile(ratios, [25, 75])
+    for show, values in ((True, shown), (False, hidden)):
+        print(f"tracker time, charts {'shown' if show else 'hidden'}: median {np.median(values):.0f} ms "
+              f"(runs {', '.join(f'{v:.0f}' for v in values)})")
+    print(f"ratio shown/hidden over {pairs} ABAB pairs: median of per-pair ratios {np.median(ratios):.3f} "
+          f"({100 * (np.median(ratios) - 1):+.1f} %, interquartile {q1:.3f}..{q3:.3f}; shown slower in "
+          f"{int((ratios > 1).sum())} of {pairs}); ratio of medians {np.median(shown) / np.median(hidden):.3f}")
+    c_shown, c_hidden = statistics.median(cpu[True]), statistics.median(cpu[False])
+    diffs = np.asarray(cpu[True]) - np.asarray(cpu[False])
+    print(f"GUI thread CPU during runs: charts shown {c_shown:.1f} ms/s, hidden {c_hidden:.1f} ms/s (medians); "
+          f"the charts' own cost, median of per-pair differences: {np.median(diffs):.1f} ms per second of run "
+          f"(interquartile {np.percentile(diffs, 25):.1f}..{np.percentile(diffs, 75):.1f}; less noisy than wall time)")
+    for show in (True, False):
+        print(f"  GUI thread ms/s per run, charts {'shown' if show else 'hidden'}: "
+              + ", ".join(f"{v:.0f}" for v in cpu[show]))
 
 if __name__ == "__main__":
     sys.exit(main())

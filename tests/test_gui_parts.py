@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ from engine.report import load_report  # noqa: E402
 from engine.trackio import load_tracks  # noqa: E402
 from engine.video import open_video, write_video  # noqa: E402
 from gui import export  # noqa: E402
-from gui.charts import ChartsPanel  # noqa: E402
+from gui.charts import POLL_HZ, ChartsPanel  # noqa: E402
 from gui.main_window import MainWindow  # noqa: E402
 from gui.model import RunData  # noqa: E402
 from gui.settings import Settings  # noqa: E402
@@ -151,19 +152,42 @@ def test_charts_gpu_bandwidth_label(qtbot, gpm):
     assert len(charts.reason_dots.getData()[0]) == 10 and "power" in charts.reason_text.textItem.toPlainText().lower()
 
 
+def test_charts_redraw_less_often_on_a_long_time_axis(qtbot):
+    charts = ChartsPanel()
+    qtbot.addWidget(charts)
+    charts.resize(500, 900)
+    charts.show()
+    qtbot.waitUntil(lambda: charts.util.getViewBox().width() > 300, timeout=2000)
+    charts.attach_sampler(None)
+    charts.set_origin(time.perf_counter())  # the session's start: a 10 s page
+    charts.poll()
+    short = charts._timer.interval()
+    charts.set_origin(time.perf_counter() - 50.0)  # 50 s into it: a 60 s page, 6x as many s per pixel
+    charts.poll()
+    assert short == int(1000 / POLL_HZ) and charts._timer.interval() > 2 * short
+    charts.stop()
+
+
 def test_charts_stage_bars_and_markers(qtbot):
     charts = ChartsPanel()
     qtbot.addWidget(charts)
+    charts.follow()  # a run starts: the drawing tick runs
     charts.set_stages(["backbone", "refine"])
     charts.add_batch(0.1, 100.0, {"backbone": 60.0, "refine": 30.0})
     charts.mark(0.1, "corrtrack bf16 p256 f16")
     charts.add_batch(0.2, 50.0, {"backbone": 20.0, "refine": 25.0})
+    charts.set_cost({"stages": {"backbone": {"pct_of_roofline": 41.0, "bound": "memory"}}})
     assert charts.stage_totals() == {"backbone": 80.0, "refine": 55.0}
-    qtbot.waitUntil(lambda: len(charts._stage_bars) == 2, timeout=2000)  # drawn at the paint rate
+    qtbot.wait(int(3000 / POLL_HZ))
+    assert charts._stage_bars == {} and charts._breakdown_items == []  # hidden charts draw nothing
+    charts.show()
+    qtbot.waitUntil(lambda: len(charts._stage_bars) == 2 and bool(charts._breakdown_items), timeout=2000)
     assert charts.markers == [(0.1, "corrtrack bf16 p256 f16")]
-    charts.set_breakdown(charts.stage_totals(), {"stages": {"backbone": {"pct_of_roofline": 41.0, "bound": "memory"}}})
     texts = [i.textItem.toPlainText() for i in charts._breakdown_items[1:]]
     assert any("roofline 41%" in t and "memory" in t for t in texts)
+    charts.focus(0.0, 0.2)  # a finished run: applied by the next tick
+    qtbot.waitUntil(lambda: charts.util.viewRange()[0][1] == pytest.approx(0.3), timeout=2000)
+    assert charts.stage_plot.viewRange()[1][1] >= 90.0  # the tallest bar in view fits
     charts.clear_runs()
     assert charts.markers == [] and charts.stage_totals() == {}
 
