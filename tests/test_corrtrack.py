@@ -17,7 +17,8 @@ from engine.stages import BUILTIN_STAGES
 from engine.trackers.corrtrack import CorrTrackNet, CorrTrackTracker
 from engine.trackers.corrtrack.losses import match_loss, track_losses
 from engine.trackers.corrtrack.model import CorrTrackConfig, local_windows, sample_points
-from engine.trackers.corrtrack.tracker import from_model_xy, to_model_xy
+from engine.trackers.corrtrack.polish import PolishConfig, grey_frames, ncc_polish, sample_patches
+from engine.trackers.corrtrack.tracker import POLISH_ENV, from_model_xy, to_model_xy
 from engine.trackers.corrtrack.weights import DEFAULT_WEIGHTS, load_model, manifest_path, save_model, sha256_file
 
 MAX_WEIGHTS_BYTES = 20 * 2**20
@@ -112,12 +113,92 @@ def test_shipped_weights_track_a_moving_texture() -> None:
     frames = _shifting_texture(6, 3.0)
     rng = np.random.default_rng(1)
     queries = np.concatenate([np.zeros((12, 1)), rng.uniform(60, 180, (12, 2))], axis=1).astype(np.float32)
-    end = _run(CorrTrackTracker(), frames, queries)
-    assert isinstance(end, Finished)
     expected = queries[:, None, 1:] + np.stack([3.0 * np.arange(6), np.zeros(6)], axis=1)[None]
-    err = np.linalg.norm(end.tracks - expected, axis=-1)
-    assert np.median(err) < 2.0, np.median(err)  # 1.14 px with the weights of 2026-11-30
-    assert end.visible.mean() > 0.9
+    medians = {}
+    for polish in (False, True):
+        end = _run(CorrTrackTracker(polish=polish), frames, queries)
+        assert isinstance(end, Finished)
+        medians[polish] = np.median(np.linalg.norm(end.tracks - expected, axis=-1))
+        assert end.visible.mean() > 0.9
+    assert medians[False] < 2.0, medians  # 1.14 px with the weights of 2026-11-30
+    assert medians[True] < 0.5 and medians[True] < medians[False], medians
+
+
+def _polish_case(shift: float = 1.37, num_frames: int = 5, n: int = 16, noise: float = 2.0, seed: int = 7):
+    """Grey frames of a texture moving right by ``shift`` px per frame, queries on frame 0, true tracks and
+    estimates off by up to ``noise`` px: (grey [T, S, S], queries [1, N, 3], truth, estimates [1, N, T, 2])."""
+    video = torch.from_numpy(_shifting_texture(num_frames, shift))
+    grey = grey_frames(CorrTrackNet.normalise(video.permute(0, 3, 1, 2)))
+    gen = torch.Generator().manual_seed(seed)
+    xy = torch.rand(n, 2, generator=gen) * 120 + 60
+    queries = torch.cat([torch.zeros(n, 1), xy], dim=1).unsqueeze(0)
+    motion = torch.stack([shift * torch.arange(num_frames, dtype=torch.float32), torch.zeros(num_frames)], dim=1)
+    truth = (xy[:, None, :] + motion[None]).unsqueeze(0)
+    estimate = truth + (torch.rand(truth.shape, generator=gen) * 2 - 1) * noise
+    return grey, queries, truth, estimate
+
+
+def test_sample_patches_match_grid_sample_inside() -> None:
+    gen = torch.Generator().manual_seed(9)
+    grey = torch.randn(3, 20, 20, generator=gen)
+    centre = torch.rand(6, 2, generator=gen) * 8 + 6  # patches wholly inside: no edge repeat
+    frame = torch.tensor([0, 1, 2, 2, 1, 0])
+    got = sample_patches(grey, frame, centre, 5)
+    offs = torch.arange(-2, 3, dtype=torch.float32)
+    oy, ox = torch.meshgrid(offs, offs, indexing="ij")
+    xy = centre[:, None, :] + torch.stack([ox.reshape(-1), oy.reshape(-1)], dim=1)[None]
+    ref = _grid_sample_points(grey[frame].unsqueeze(1), xy)[..., 0].view(6, 5, 5)
+    assert torch.allclose(got, ref, atol=1e-5)
+
+
+def test_polish_recovers_a_subpixel_translation_and_keeps_shapes() -> None:
+    grey, queries, truth, estimate = _polish_case()
+    visible = torch.ones(truth.shape[:3], dtype=torch.bool)
+    polished, peak = ncc_polish(grey, queries, estimate, visible)
+    assert polished.shape == estimate.shape and polished.dtype == torch.float32
+    assert peak.shape == visible.shape and peak.dtype == torch.float32
+    before = (estimate - truth).norm(dim=-1)[..., 1:]
+    after = (polished - truth).norm(dim=-1)[..., 1:]
+    assert after.median() < 0.25, after.median()  # from about 1.5 px
+    assert after.mean() < 0.5 * before.mean(), (after.mean(), before.mean())
+    assert (peak[..., 1:] > 0.9).float().mean() > 0.9
+
+
+def test_polish_keeps_occluded_far_and_flat_estimates() -> None:
+    grey, queries, truth, estimate = _polish_case(noise=1.0)
+    visible = torch.ones(truth.shape[:3], dtype=torch.bool)
+    visible[:, :5] = False  # occluded: never moved
+    cfg = PolishConfig()
+    far = estimate.clone()
+    far[:, 5:10, :, 0] = truth[:, 5:10, :, 0] + cfg.radius  # true peak on the border of the search
+    polished, peak = ncc_polish(grey, queries, far, visible, cfg)
+    assert torch.equal(polished[:, :10], far[:, :10])
+    assert (peak[:, :10] == 0).all()
+    assert not torch.equal(polished[:, 10:], far[:, 10:])
+    flat = torch.full_like(grey, 0.3)
+    polished, peak = ncc_polish(flat, queries, estimate, visible, cfg)
+    assert torch.equal(polished, estimate) and (peak == 0).all()
+
+
+def test_polish_under_bf16_autocast_on_cpu_matches_fp32() -> None:
+    grey, queries, truth, estimate = _polish_case(num_frames=3, n=8)
+    visible = torch.ones(truth.shape[:3], dtype=torch.bool)
+    ref, _ = ncc_polish(grey, queries, estimate, visible)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, peak = ncc_polish(grey, queries, estimate, visible)
+    assert got.dtype == torch.float32 and peak.dtype == torch.float32
+    assert torch.allclose(got, ref, atol=1e-4)
+
+
+def test_polish_option_env_and_describe(monkeypatch) -> None:
+    model = CorrTrackNet(TINY)
+    assert CorrTrackTracker(model=model).describe()["polish"] is True
+    assert CorrTrackTracker(model=model).describe()["polish_config"]["radius_px"] == PolishConfig().radius
+    assert CorrTrackTracker(model=model, polish=False).describe()["polish"] is False
+    monkeypatch.setenv(POLISH_ENV, "0")
+    tracker = CorrTrackTracker(model=model)
+    assert tracker.describe()["polish"] is False and "polish_config" not in tracker.describe()
+    assert CorrTrackTracker(model=model, polish=True).polish is True
 
 
 def test_shipped_manifest_matches_the_file() -> None:

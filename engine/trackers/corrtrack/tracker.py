@@ -1,7 +1,9 @@
 """CorrTrackTracker: the built-in tracker, CorrTrackNet behind the Tracker protocol with timed stages.
 
 prepare: upload (host -> device copy of the uint8 frames), backbone (resize + CNN, in chunks of
-``frames_per_batch``). track: query_features, cost_volume, init_head, refine (all iterations), download.
+``frames_per_batch``; also keeps grey frames at 256x256 for the polish). track: query_features,
+cost_volume, init_head, refine (all iterations, then the NCC polish of polish.py unless ``polish=False``
+or the environment sets TRACKSCOPE_CORRTRACK_POLISH=0), download.
 Nothing inside a batch waits for the device: the only sync is the final copy back to the host.
 On CUDA each stage runs as a captured CUDA graph (graphs.py) unless ``cuda_graphs=False`` or the
 environment sets TRACKSCOPE_NO_CUDA_GRAPHS=1; a capture that fails falls back to eager for good.
@@ -22,9 +24,11 @@ from ...stages import BUILTIN_STAGES
 from ..base import PreparedVideo, RunContext, Tracker, TrackResult
 from .graphs import GraphCache
 from .model import MODEL_SIZE, CorrTrackNet, count_parameters, visible_from_logits
+from .polish import PolishConfig, grey_frames, ncc_polish
 from .weights import DEFAULT_WEIGHTS, load_model
 
 NO_GRAPHS_ENV = "TRACKSCOPE_NO_CUDA_GRAPHS"
+POLISH_ENV = "TRACKSCOPE_CORRTRACK_POLISH"  # "0" turns the NCC polish off
 
 
 def to_model_xy(xy: torch.Tensor, width: int, height: int) -> torch.Tensor:
@@ -47,8 +51,12 @@ class CorrTrackTracker(Tracker):
     device_types = ("cpu", "cuda")
 
     def __init__(self, weights: Path | str | None = None, model: CorrTrackNet | None = None,
-                 cuda_graphs: bool | None = None):
-        """Load checked weights (default: the shipped ones), or use ``model`` as given (tests)."""
+                 cuda_graphs: bool | None = None, polish: bool | None = None,
+                 polish_config: PolishConfig | None = None):
+        """Load checked weights (default: the shipped ones), or use ``model`` as given (tests).
+
+        polish: NCC sub-pixel polish after refinement (default on, unless TRACKSCOPE_CORRTRACK_POLISH=0).
+        """
         if model is not None:
             self.model = model.eval()
             self.manifest: dict[str, Any] = {}
@@ -59,6 +67,10 @@ class CorrTrackTracker(Tracker):
         if cuda_graphs is None:
             cuda_graphs = os.environ.get(NO_GRAPHS_ENV, "") not in ("1", "true", "yes")
         self.cuda_graphs = cuda_graphs
+        if polish is None:
+            polish = os.environ.get(POLISH_ENV, "") not in ("0", "false", "no", "off")
+        self.polish = polish
+        self.polish_config = polish_config or PolishConfig()
         self.graph_error = ""
         self._track_graphs = GraphCache()
         self._backbone_graphs = GraphCache()
@@ -72,7 +84,10 @@ class CorrTrackTracker(Tracker):
             "config": self.model.cfg.to_dict(),
             "weights": str(self.weights_path) if self.weights_path else None,
             "cuda_graphs": self.cuda_graphs and not self.graph_error,
+            "polish": self.polish,
         }
+        if self.polish:
+            info["polish_config"] = self.polish_config.to_dict()
         if self.graph_error:
             info["cuda_graphs_error"] = self.graph_error
         for key in ("sha256", "validation", "training", "date"):
@@ -121,7 +136,8 @@ class CorrTrackTracker(Tracker):
             return body()
 
     def prepare(self, frames: np.ndarray, ctx: RunContext) -> PreparedVideo:
-        """Upload the frames and run the backbone in chunks -> features [1, T, 64*64, C] on the device."""
+        """Upload the frames, run the backbone in chunks -> features [1, T, 64*64, C] and grey frames
+        [T, 256, 256] (float32, for the polish) on the device."""
         frames = np.asarray(frames)
         if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
             raise ValueError(f"frames must be uint8 [T, H, W, 3], got {frames.dtype} {frames.shape}")
@@ -133,56 +149,67 @@ class CorrTrackTracker(Tracker):
                 host = host.pin_memory()
             video = host.to(ctx.device, non_blocking=True)  # uint8 [T, H, W, 3]
 
-        def backbone(part: torch.Tensor) -> tuple[torch.Tensor]:
-            return (model.features(model.normalise(part.permute(0, 3, 1, 2))),)
+        def backbone(part: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            x = model.normalise(part.permute(0, 3, 1, 2))
+            return model.features(x), grey_frames(x)
 
-        def body() -> torch.Tensor:
+        def body() -> tuple[torch.Tensor, torch.Tensor]:
             feats: torch.Tensor | None = None
+            grey: torch.Tensor | None = None
             chunk = max(1, int(ctx.frames_per_batch))
             with ctx.timer.stage("backbone"):
                 for start in range(0, num_frames, chunk):
                     part = video[start:start + chunk]
                     run = self._runner(ctx, self._backbone_graphs, ("backbone", tuple(part.shape)))
-                    (out,) = run("backbone", backbone, part)
-                    if feats is None:
+                    out, out_grey = run("backbone", backbone, part)
+                    if feats is None or grey is None:
                         feats = torch.empty((num_frames, *out.shape[1:]), device=ctx.device, dtype=out.dtype)
+                        grey = torch.empty((num_frames, *out_grey.shape[1:]), device=ctx.device,
+                                           dtype=torch.float32)
                     feats[start:start + out.shape[0]] = out
-            assert feats is not None
-            return feats
+                    grey[start:start + out.shape[0]] = out_grey
+            assert feats is not None and grey is not None
+            return feats, grey
 
-        feats = self._with_fallback(body)
-        return PreparedVideo(num_frames, height, width, data={"features": feats.unsqueeze(0)})
+        feats, grey = self._with_fallback(body)
+        return PreparedVideo(num_frames, height, width, data={"features": feats.unsqueeze(0), "grey": grey})
 
     def track(self, prepared: PreparedVideo, queries: np.ndarray, ctx: RunContext) -> TrackResult:
         """Track queries [N, 3] (t, x, y) in original pixels through the prepared video."""
         model = self._model_on(ctx.device)
         feats = prepared.data["features"]  # [1, T, HW, C]
+        grey = prepared.data["grey"]  # [T, 256, 256] float32
         w, h = prepared.width, prepared.height
         # non_blocking: a blocking host -> device copy would wait for the backbone still queued by prepare
         q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(ctx.device, non_blocking=True)
         q_model = torch.cat([q[:, :1], to_model_xy(q[:, 1:], w, h)], dim=1).unsqueeze(0)  # [1, N, 3]
         num_frames = prepared.num_frames
         iters = model.cfg.num_iters
+        polish = self.polish_config if self.polish else None
 
-        def refine(qm: torch.Tensor, qfeat: torch.Tensor, pos: torch.Tensor, vis: torch.Tensor,
+        def refine(qm: torch.Tensor, qfeat: torch.Tensor, g: torch.Tensor, pos: torch.Tensor, vis: torch.Tensor,
                    acc: torch.Tensor, *levels: torch.Tensor) -> tuple[torch.Tensor, ...]:
             hidden = model.initial_hidden(qfeat, num_frames)
             for _ in range(iters):
                 hidden, pos, vis, acc = model.refine_step(list(levels), qm, hidden, pos, vis, acc)
+            if polish is not None:
+                pos, _ = ncc_polish(g, qm, pos, visible_from_logits(vis, acc), polish)
             return pos, vis, acc
 
         def body() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             timer = ctx.timer
-            run = self._runner(ctx, self._track_graphs, ("track", tuple(feats.shape), feats.dtype, len(q)))
+            run = self._runner(ctx, self._track_graphs, ("track", tuple(feats.shape), feats.dtype, len(q), polish))
             with timer.stage("query_features"):
-                qfeat, f_s, q_s = run("query_features", lambda f, qm: (model.query_features(f, qm), f, qm),
-                                      feats, q_model)
+                # hands the video's tensors on as the graphs' static inputs (copied once per batch)
+                qfeat, f_s, q_s, g_s = run("query_features",
+                                           lambda f, qm, g: (model.query_features(f, qm), f, qm, g),
+                                           feats, q_model, grey)
             with timer.stage("cost_volume"):
                 levels = run("cost_volume", lambda f, qf: model.cost_volume(f, qf), f_s, qfeat)
             with timer.stage("init_head"):
                 pos, vis, acc = run("init_head", lambda *lv: model.init_head(list(lv)), *levels)
             with timer.stage("refine"):
-                pos, vis, acc = run("refine", refine, q_s, qfeat, pos, vis, acc, *levels)
+                pos, vis, acc = run("refine", refine, q_s, qfeat, g_s, pos, vis, acc, *levels)
             return pos, vis, acc
 
         pos, vis, acc = self._with_fallback(body)
