@@ -9,7 +9,7 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-out/measure}
 mkdir -p "$OUT"
 W=$(mktemp -d)
-DEADLINE=${DEADLINE:-280}   # seconds: steps that would start later are skipped, so the archive always lands
+DEADLINE=${DEADLINE:-330}   # seconds: steps that would start later are skipped, so the archive always lands
 ts() { if (( SECONDS > DEADLINE )); then echo "skipped (deadline): $*"; return 0; fi
        timeout "${STEP_TIMEOUT:-90}" python3 -m engine.cli "$@"; }
 log() { echo; echo "=== $* ==="; }
@@ -51,6 +51,15 @@ ts bench --tracker tests.plugins.pathological:quadratic_points --device cuda --p
 log "CorrTrack, sample video and its ground-truth queries, all precisions"
 ts bench --tracker corrtrack --device cuda --precisions fp32,tf32,fp16,bf16 --warmup 3 --repeat 10 \
    --diagnose --out "$W/corr_sample"
+
+log "CorrTrack tracker call alone (scripts/corrtrack_bench.py): speed per precision x queries, cold, validation AJ per precision"
+if (( SECONDS <= DEADLINE )); then
+  timeout 150 python3 scripts/corrtrack_bench.py --weights resources/corrtrack.safetensors --out "$W/corrtrack_bench" \
+     --modes graphs --no-profile
+  echo "--- the same without the NCC polish (speed only) ---"
+  TRACKSCOPE_CORRTRACK_POLISH=0 timeout 60 python3 scripts/corrtrack_bench.py --weights resources/corrtrack.safetensors \
+     --out "$W/corrtrack_bench_nopolish" --modes graphs --no-profile --val-videos 0 --precisions fp32 bf16
+fi
 
 log "compare fp32 vs bf16 (256 queries)"
 A=$(ls "$W"/corr_256/*fp32*.json | head -1); B=$(ls "$W"/corr_256/*bf16*.json | head -1)
