@@ -79,6 +79,12 @@ def _set(curve: pg.PlotCurveItem, x: np.ndarray, y: np.ndarray | None) -> None:
     curve.setData(x=x, y=y, connect="all" if finite else "finite", skipFiniteCheck=finite)
 
 
+def _unlink_hidden_axes(plot: pg.PlotItem) -> None:
+    """Hidden axes (top, right) otherwise still follow each range change, relabelling themselves."""
+    for side in ("top", "right"):
+        plot.getAxis(side).unlinkFromView()
+
+
 def _reference_line(colour: tuple[int, int, int], label: str) -> pg.InfiniteLine:
     """A dotted horizontal line (peak, capacity, limit) labelled at its left end, above the line."""
     return pg.InfiniteLine(angle=0, pen=pg.mkPen(colour, style=Qt.PenStyle.DotLine), label=label,
@@ -149,6 +155,7 @@ class ChartsPanel(QWidget):
         self.stage_plot.setMinimumHeight(STAGE_PLOT_MIN_PX)
         for p in (self.util, self.bw, self.mem, self.clock, self.power):
             p.hideAxis("bottom")  # the stage plot's axis names the shared time; each axis is redrawn when it moves
+            p.getAxis("bottom").unlinkFromView()
         self.breakdown = self.glw.addPlot(row=6, col=0, title="Per-stage breakdown of the last run (ms)")
         self.breakdown.setMenuEnabled(False)
         self.breakdown.setMouseEnabled(False, False)
@@ -156,6 +163,7 @@ class ChartsPanel(QWidget):
         self.breakdown.getAxis("left").setStyle(tickLength=0)
         self.breakdown.getViewBox().invertY(True)  # stages top to bottom in the order they run
         self.breakdown.setLabel("bottom", "ms")
+        _unlink_hidden_axes(self.breakdown)
         self._cold_label = pg.TextItem("", color=(60, 60, 60), anchor=(0, 0), fill=(255, 255, 255, 215))
 
         self.c_busy = _curve(self.util, "GPU busy %", (31, 119, 180))
@@ -202,6 +210,7 @@ class ChartsPanel(QWidget):
             p.addLegend(offset=(-5, 2), labelTextSize="8pt", verSpacing=-8, brush=(255, 255, 255, 200))
         p.getAxis("left").setWidth(48)
         p.setMinimumHeight(TIME_PLOT_MIN_PX)
+        _unlink_hidden_axes(p)
         if row:
             p.setXLink(self.util)
         return p
