@@ -26,18 +26,9 @@ class PolishConfig:
     half: int = 6  # template (2*half+1)^2 px
     radius: int = 5  # search +-radius px around the estimate
     min_ncc: float = 0.4  # weaker peaks keep the network's estimate
-    correlation: str = "auto"  # "fft", "conv" (grouped conv2d), or "auto": fft on CUDA, conv on the CPU
 
     def to_dict(self) -> dict:
-        return {"template_px": 2 * self.half + 1, "radius_px": self.radius, "min_ncc": self.min_ncc,
-                "correlation": self.correlation}
-
-    def method(self, device: torch.device) -> str:
-        if self.correlation not in ("auto", "fft", "conv"):
-            raise ValueError(f"correlation must be auto, fft or conv, got {self.correlation!r}")
-        if self.correlation != "auto":
-            return self.correlation
-        return "fft" if device.type == "cuda" else "conv"
+        return {"template_px": 2 * self.half + 1, "radius_px": self.radius, "min_ncc": self.min_ncc}
 
 
 def grey_frames(normalised: torch.Tensor) -> torch.Tensor:
@@ -74,24 +65,6 @@ def sample_patches(grey: torch.Tensor, frame: torch.Tensor, centre: torch.Tensor
     fy = frac[:, 1].view(m, 1, 1)
     rows = patch[:, :, :-1] + (patch[:, :, 1:] - patch[:, :, :-1]) * fx  # [M, size+1, size]
     return rows[:, :-1] + (rows[:, 1:] - rows[:, :-1]) * fy
-
-
-def _cross_correlation(region: torch.Tensor, templ: torch.Tensor, per: int, out: int) -> torch.Tensor:
-    """Valid cross-correlation of regions [M, S, S] with templates [M // per, k, k] (template i serves
-    regions i*per .. i*per + per - 1) -> [M, out, out], by FFT in float32.
-
-    The FFT length is S rounded up to even; the valid offsets (out = S - k + 1) never wrap around.
-    On an H200 the polish with a grouped conv2d (one group per (track, frame)) added 3.9 ms to the refine
-    stage at 256 queries and 14.8 ms at 1024 (bf16, CUDA graphs), more than the network's refinement;
-    the batched FFT avoids cuDNN's large-kernel depthwise path (and runs in IEEE float32 whatever the
-    TF32 switches say).
-    """
-    m, s, _ = region.shape
-    length = s + (s % 2)
-    spec = torch.fft.rfft2(region, s=(length, length))  # [M, L, L//2+1]
-    tspec = torch.fft.rfft2(templ, s=(length, length)).conj()  # [M // per, L, L//2+1]
-    prod = spec.view(m // per, per, *spec.shape[1:]) * tspec.unsqueeze(1)
-    return torch.fft.irfft2(prod.view(m, *spec.shape[1:]), s=(length, length))[:, :out, :out]
 
 
 def _conv_fp32(x: torch.Tensor, weight: torch.Tensor, groups: int) -> torch.Tensor:
@@ -152,12 +125,11 @@ def _ncc_polish(grey: torch.Tensor, queries: torch.Tensor, pos: torch.Tensor, vi
     frames = torch.arange(t, device=dev).repeat(b * n)
     region = sample_patches(grey, frames, pos.reshape(m, 2), size)
     region = region - region.mean(dim=(1, 2), keepdim=True)  # better conditioned window variances
-    # cross-correlation of every (track, frame) region with its track's template
-    if cfg.method(dev) == "fft":
-        corr = _cross_correlation(region, templ.view(b * n, k, k), t, w).reshape(m, w * w)
-    else:  # one conv group per (track, frame); faster than pocketfft on the CPU
-        kernel = templ.view(b * n, 1, 1, k, k).expand(b * n, t, 1, k, k).reshape(m, 1, k, k)
-        corr = _conv_fp32(region.unsqueeze(0), kernel, m).view(m, w * w)
+    # cross-correlation with each track's template: depthwise convolution, one group per (track, frame).
+    # (A batched-FFT version gave the same polish time on the H200, 5.2 / 16.2 ms eager at 256 / 1024
+    # queries x 47 frames, and was slower on the CPU: the correlation is not where that time goes.)
+    kernel = templ.view(b * n, 1, 1, k, k).expand(b * n, t, 1, k, k).reshape(m, 1, k, k)
+    corr = _conv_fp32(region.unsqueeze(0), kernel, m).view(m, w * w)
     sums = _box_sums(torch.stack([region, region.square()], dim=1), k)  # [M, 2, w, w]
     var = (sums[:, 1] - sums[:, 0].square() / (k * k)).clamp_min(0).reshape(m, w * w)  # k^2 x variance
     ncc = corr / var.clamp_min((MIN_STD * k) ** 2).sqrt()  # near-flat windows score low, never > 1

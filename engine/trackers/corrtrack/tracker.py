@@ -29,7 +29,6 @@ from .weights import DEFAULT_WEIGHTS, load_model
 
 NO_GRAPHS_ENV = "TRACKSCOPE_NO_CUDA_GRAPHS"
 POLISH_ENV = "TRACKSCOPE_CORRTRACK_POLISH"  # "0" turns the NCC polish off
-POLISH_METHOD_ENV = "TRACKSCOPE_POLISH_CORRELATION"  # fft / conv / auto (PolishConfig.correlation)
 
 
 def to_model_xy(xy: torch.Tensor, width: int, height: int) -> torch.Tensor:
@@ -71,7 +70,7 @@ class CorrTrackTracker(Tracker):
         if polish is None:
             polish = os.environ.get(POLISH_ENV, "") not in ("0", "false", "no", "off")
         self.polish = polish
-        self.polish_config = polish_config or PolishConfig(correlation=os.environ.get(POLISH_METHOD_ENV, "auto"))
+        self.polish_config = polish_config or PolishConfig()
         self.graph_error = ""
         self._track_graphs = GraphCache()
         self._backbone_graphs = GraphCache()
