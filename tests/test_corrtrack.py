@@ -201,6 +201,17 @@ def test_polish_option_env_and_describe(monkeypatch) -> None:
     assert CorrTrackTracker(model=model, polish=True).polish is True
 
 
+def test_registry_offers_corrtrack_with_and_without_polish() -> None:
+    from engine.trackers import load_tracker
+    from engine.trackers.registry import available_trackers
+
+    assert {"corrtrack", "corrtrack-nopolish"} <= set(available_trackers())
+    plain = load_tracker("corrtrack-nopolish")
+    assert plain.name == "corrtrack-nopolish" and plain.polish is False
+    assert plain.describe()["polish"] is False and plain.describe()["name"] == "corrtrack-nopolish"
+    assert load_tracker("corrtrack").polish is True
+
+
 def test_shipped_manifest_matches_the_file() -> None:
     manifest = json.loads(manifest_path(DEFAULT_WEIGHTS).read_text())
     assert manifest["sha256"] == sha256_file(DEFAULT_WEIGHTS)

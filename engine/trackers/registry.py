@@ -26,7 +26,15 @@ def _builtin() -> dict[str, Callable[[], Tracker]]:
 
         return CorrTrackTracker()
 
-    return {"corrtrack": corrtrack, "lk": lk}
+    def corrtrack_nopolish() -> Tracker:
+        """CorrTrack without its NCC sub-pixel polish: faster, less precise (an A/B and bench pairing)."""
+        from .corrtrack import CorrTrackTracker
+
+        tracker = CorrTrackTracker(polish=False)
+        tracker.name = "corrtrack-nopolish"
+        return tracker
+
+    return {"corrtrack": corrtrack, "corrtrack-nopolish": corrtrack_nopolish, "lk": lk}
 
 
 def available_trackers() -> list[str]:
