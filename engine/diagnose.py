@@ -135,8 +135,10 @@ def rule_host_bound(f: Facts) -> list[Finding]:
     points = max((p for p, _ in f.batch_points), default=0)
     ops = _f((f.cost.get(top) or {}).get("ops")) / f.batches_per_run
     if top is not None and points and ops / points >= PER_POINT_OPS_HINT:
-        evidence.update({"ops_per_point": ops / points, "stage_share": f.share(top)})
-        title += f"; stage {top} runs {ops / points:.1f} ops per point: a per-point loop (host syncs?)"
+        # one report cannot tell a per-point loop from a fixed op count on few points: say what would
+        evidence.update({"ops_per_point": ops / points, "ops_per_batch": ops, "stage_share": f.share(top)})
+        title += (f"; stage {top} issues {ops:.0f} ops per batch of {points} points: if that count grows with "
+                  "the points it is a per-point loop (bench two --points-per-batch values to tell)")
     else:
         title += ": the host is the bottleneck"
     return [Finding("host_bound", "warning", title, evidence,
