@@ -522,6 +522,10 @@ class ChartsPanel(QWidget):
             text.setText(label, color=(20, 20, 20))
             text.setPos(float(ms[i]), i)  # right of its bar: never over a coloured bar
         top = float(ms.max()) * (LABEL_ROOM_ROOFLINE if roofline else LABEL_ROOM)
+        view_px = self.breakdown.getViewBox().width()
+        if view_px > 100:  # laid out: leave each label the pixels it needs right of its bar
+            top = max(float(ms[i]) * view_px / max(view_px - t.textItem.boundingRect().width() - 6, 0.3 * view_px)
+                      for i, t in enumerate(texts))
         if not (top <= self._breakdown_top <= 2 * top):
             self._breakdown_top = top
             self.breakdown.setXRange(0, top, padding=0)

@@ -16,10 +16,12 @@ from PySide6.QtGui import QColor, QFont, QFontMetrics, QIcon, QPainter, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QScrollArea,
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
@@ -146,13 +148,20 @@ class DiagnosisPanel(QWidget):
         chooser.addWidget(QLabel("Target GPU:"))
         chooser.addWidget(self.gpu_combo)
         chooser.addStretch(1)
-        whatif_box = QGroupBox("What-if: this run on another GPU")
-        whatif_layout = QVBoxLayout(whatif_box)
+        whatif_inner = QWidget()
+        whatif_layout = QVBoxLayout(whatif_inner)
+        whatif_layout.setContentsMargins(0, 0, 0, 0)
         whatif_layout.addLayout(chooser)
         whatif_layout.addWidget(self.whatif_summary)
         whatif_layout.addWidget(self.whatif_table)
         whatif_layout.addWidget(self.assumptions)
         whatif_layout.addStretch(1)
+        scroll = QScrollArea()  # a short box scrolls instead of drawing the assumptions over the table
+        scroll.setWidget(whatif_inner)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        whatif_box = QGroupBox("What-if: this run on another GPU")
+        QVBoxLayout(whatif_box).addWidget(scroll)
 
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.addWidget(findings_box)
