@@ -102,7 +102,7 @@ def rule_tf32_off(f: Facts) -> list[Finding]:
     heavy = _compute_stages(f)
     share = sum(f.share(s) for s in heavy)
     fp32, tf32 = _f(f.peak.get("fp32_tflops")), _f(f.peak.get("tf32_tflops"))
-    sm_active, tensor = _mean(f.metric("sm_active_pct")), _mean(f.metric("tensor_active_pct"))
+    sm_active, tensor = _mean(f.warm_metric("sm_active_pct")), _mean(f.warm_metric("tensor_active_pct"))
     gpm_says = sm_active >= TF32_GPM_SM_ACTIVE_MIN_PCT and tensor <= TF32_GPM_TENSOR_MAX_PCT
     if share < TF32_COMPUTE_SHARE_MIN:
         if not gpm_says:
@@ -126,10 +126,10 @@ def rule_host_bound(f: Facts) -> list[Finding]:
     """GPU mostly idle while this process keeps a CPU core busy: input- or host-bound."""
     if not f.is_gpu:
         return []
-    busy, proc = _mean(f.metric("gpu_busy_pct")), _mean(f.metric("process_cpu_pct"))
+    busy, proc = _mean(f.warm_metric("gpu_busy_pct")), _mean(f.warm_metric("process_cpu_pct"))
     if not (busy < GPU_IDLE_BUSY_PCT and proc >= PROCESS_CPU_BUSY_PCT):
         return []
-    evidence = {"gpu_busy_pct": busy, "process_cpu_pct": proc, "cpu_pct": _mean(f.metric("cpu_pct"))}
+    evidence = {"gpu_busy_pct": busy, "process_cpu_pct": proc, "cpu_pct": _mean(f.warm_metric("cpu_pct"))}
     title = f"the GPU is busy {busy:.0f}% of the time while the process keeps {proc / 100:.1f} CPU cores busy"
     top = max(f.stage_ms, key=f.stage_ms.get) if f.stage_ms else None
     points = max((p for p, _ in f.batch_points), default=0)
@@ -164,7 +164,7 @@ def rule_launch_bound(f: Facts) -> list[Finding]:
                             "stage_ms": ms, "stage_share": f.share(name), "pct_of_roofline": pct},
                            "fuse the small ops (vectorise the loop over frames/iterations, torch.compile, "
                            "or CUDA graphs on the GPU)", stage=name))
-    busy, sm = _mean(f.metric("gpu_busy_pct")), _mean(f.metric("sm_active_pct"))
+    busy, sm = _mean(f.warm_metric("gpu_busy_pct")), _mean(f.warm_metric("sm_active_pct"))
     if f.is_gpu and not out and busy >= LAUNCH_GPU_BUSY_MIN_PCT and sm <= LAUNCH_SM_ACTIVE_MAX_PCT:
         out.append(Finding("launch_bound", "warning", f"GPU 'busy' {busy:.0f}% but SMs active only {sm:.1f}%: "
                            "many tiny kernels", {"gpu_busy_pct": busy, "sm_active_pct": sm},

@@ -17,6 +17,8 @@ STAGE_MS_MIN = 1.0
 ROOFLINE_LOW_PCT = 5.0  # a stage under this percent of its roofline
 GPU_IDLE_BUSY_PCT = 40.0  # mean GPU busy under this is "the GPU waits"
 BUSY_SAMPLE_PCT = 20.0  # a telemetry sample counts as "busy" above this GPU busy
+WINDOW_MIN_SAMPLES = 3  # utilisation rules judge the warm runs only when this many samples cover them
+WINDOW_LAG_S = 0.1  # NVML utilisation describes the period before its sample: one sample past the end counts
 
 
 @dataclass
@@ -82,6 +84,8 @@ class Facts:
     cost: dict[str, dict[str, Any]]
     peak: dict[str, Any]
     config: dict[str, Any] = field(default_factory=dict)
+    telemetry_t: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    warm_window: tuple[float, float] | None = None  # seconds, on the telemetry's clock
 
     @property
     def stage_total_ms(self) -> float:
@@ -94,6 +98,25 @@ class Facts:
 
     def metric(self, key: str) -> np.ndarray:
         return self.telemetry.get(key, np.zeros(0))
+
+    def warm_samples(self) -> np.ndarray:
+        """Mask of the telemetry samples that describe the warm runs (all samples when the report does not
+        say when its runs happened)."""
+        t = self.telemetry_t
+        if self.warm_window is None or t.size == 0:
+            return np.ones(t.size, dtype=bool)
+        lo, hi = self.warm_window
+        return (t >= lo) & (t <= hi + WINDOW_LAG_S)
+
+    def warm_metric(self, key: str) -> np.ndarray:
+        """A utilisation series over the warm runs only; empty when fewer than WINDOW_MIN_SAMPLES cover
+        them (setup and the cold run must not stand in for them)."""
+        values = self.metric(key)
+        mask = self.warm_samples()
+        if values.size != mask.size:
+            return values
+        values = values[mask]
+        return values if np.isfinite(values).sum() >= WINDOW_MIN_SAMPLES else np.zeros(0)
 
 
 def _series(values: Any) -> np.ndarray:
@@ -129,6 +152,9 @@ def facts(report: dict[str, Any]) -> Facts:
                     for r in warm for b in r.get("batches", [])]
     tel = report.get("telemetry") or {}
     metrics = {k: _series(v) for k, v in (tel.get("metrics") or {}).items()}
+    starts = [(_f(r.get("start_s")), _f(r.get("wall_ms")) / 1e3) for r in warm]
+    window = ((min(a for a, _ in starts), max(a + d for a, d in starts))
+              if starts and all(math.isfinite(a) and math.isfinite(d) for a, d in starts) else None)
     device = str(env.get("device") or config.get("device") or "")
     cost = report.get("cost") or {}
     return Facts(
@@ -144,6 +170,7 @@ def facts(report: dict[str, Any]) -> Facts:
         memory_total=_f((gpu or {}).get("memory_total_bytes")),
         telemetry=metrics, static=tel.get("static") or {},
         cost=cost.get("stages") or {}, peak=cost.get("peak") or {}, config=config,
+        telemetry_t=_series(tel.get("t")), warm_window=window,
     )
 
 

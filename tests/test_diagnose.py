@@ -212,8 +212,11 @@ def as_gpu(report: dict, telemetry: dict[str, float]) -> dict:
     """A CPU report dressed as an H200 run with the given (constant) telemetry."""
     report = copy.deepcopy(report)
     report["environment"] = {"device": "cuda:0", "gpu": copy.deepcopy(H200)}
-    report["telemetry"] = {"t": list(np.arange(SAMPLES) * 0.1), "availability": {},
-                           "metrics": {k: [v] * SAMPLES for k, v in telemetry.items()},
+    runs = report.get("runs") or []
+    end = max([r["start_s"] + r["wall_ms"] / 1e3 for r in runs] + [(SAMPLES - 1) * 0.1])
+    t = np.linspace(0.0, end + 0.05, max(SAMPLES, int(end * 100) + 1))  # sampled throughout the runs
+    report["telemetry"] = {"t": list(t), "availability": {},
+                           "metrics": {k: [v] * len(t) for k, v in telemetry.items()},
                            "static": {"max_sm_clock_mhz": 1980, "pcie_max_gen": 5, "pcie_max_width": 16}}
     return report
 
@@ -289,3 +292,31 @@ def test_diagnose_cli_prints_findings(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     assert main(["diagnose", str(bad)]) == 2
+
+
+def test_utilisation_rules_read_the_warm_runs_not_the_setup():
+    """GPU-busy evidence comes from the samples that cover the warm runs; a busy setup or an idle one
+    before them must not decide, and too few samples over the warm runs decide nothing."""
+    (report,) = planted_reports("tiny_kernels", frames=8)
+    warm = [r for r in report["runs"] if not r.get("cold")]
+    lo = min(r["start_s"] for r in warm)
+    hi = max(r["start_s"] + r["wall_ms"] / 1e3 for r in warm)
+
+    def with_busy(setup_busy: float, warm_busy: float, step: float) -> dict:
+        dressed = as_gpu(report, {})
+        t = np.arange(lo - 1.0, hi + 0.05, step)
+        inside = (t >= lo) & (t <= hi + 0.1)
+        dressed["telemetry"]["t"] = list(t)
+        dressed["telemetry"]["metrics"] = {
+            "gpu_busy_pct": list(np.where(inside, warm_busy, setup_busy)),
+            "process_cpu_pct": [100.0] * len(t)}
+        return dressed
+
+    fine_step = (hi - lo) / 8  # at least 8 samples over the warm runs
+    idle_setup = dg.diagnose(with_busy(setup_busy=2.0, warm_busy=95.0, step=fine_step))
+    assert "host_bound" not in rules(idle_setup)  # idle while loading, busy while tracking
+    idle_warm = [f for f in dg.diagnose(with_busy(setup_busy=95.0, warm_busy=5.0, step=fine_step))
+                 if f.rule == "host_bound"]
+    assert idle_warm and idle_warm[0].evidence["gpu_busy_pct"] == pytest.approx(5.0)
+    coarse = dg.diagnose(with_busy(setup_busy=95.0, warm_busy=5.0, step=max(1.0, hi - lo)))
+    assert "host_bound" not in rules(coarse)  # one sample over the warm runs: not judged
