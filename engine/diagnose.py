@@ -142,9 +142,9 @@ def rule_host_bound(f: Facts) -> list[Finding]:
     else:
         title += ": the host is the bottleneck"
     return [Finding("host_bound", "warning", title, evidence,
-                    "move per-point Python loops and .item()/.cpu() calls off the hot path; batch the work "
-                    "into larger tensor ops; decode the video ahead of time", stage=top if "ops_per_point"
-                    in evidence else None)]
+                    "find the host work between kernels (a profiler's CPU trace): Python loops over points, "
+                    ".item()/.cpu() syncs, decoding; batch it into larger tensor ops or capture it in CUDA "
+                    "graphs", stage=top if "ops_per_point" in evidence else None)]
 
 
 def rule_launch_bound(f: Facts) -> list[Finding]:

@@ -358,17 +358,24 @@ class ChartsPanel(QWidget):
     def focus(self, lo: float, hi: float) -> None:
         """Hold the time axis on [lo, hi] (a finished run) until ``follow()``; telemetry keeps updating.
 
-        Applied by the next tick, with the stage axis refitted to the bars in view, not older ones.
+        Applied at once by a tick, with the stage axis refitted to the bars in view, not older ones.
         """
         self._follow = False
         pad = max(0.1, 0.1 * (hi - lo))
         self._x_want = (lo - pad, hi + pad)
         self._bars_dirty = True
+        self._tick_soon()
 
     def set_cost(self, cost: dict[str, Any] | None) -> None:
-        """The finished run's cost model: the next tick redraws the breakdown with % of roofline."""
+        """The finished run's cost model: redrawn with % of roofline at once (one tick, as on showing)."""
         self._cost = cost
         self._breakdown_due = time.perf_counter()
+        self._tick_soon()
+
+    def _tick_soon(self) -> None:
+        """A run ended: draw now rather than at the next tick, which is up to seconds away on a long axis."""
+        if self.live and self._timer.isActive() and self.isVisible():
+            QTimer.singleShot(0, self.poll)
 
     def _page_time_axis(self, x1: float) -> None:
         """Move the shared time axis in pages, not every poll: a moving range re-lays out every axis."""

@@ -109,7 +109,8 @@ def _shifting_texture(num_frames: int, shift: float) -> np.ndarray:
     return (np.clip(np.stack(frames), 0, 1) * 255).astype(np.uint8)
 
 
-def test_shipped_weights_track_a_moving_texture() -> None:
+def test_shipped_weights_track_a_moving_texture(monkeypatch) -> None:
+    monkeypatch.delenv(POLISH_ENV, raising=False)
     frames = _shifting_texture(6, 3.0)
     rng = np.random.default_rng(1)
     queries = np.concatenate([np.zeros((12, 1)), rng.uniform(60, 180, (12, 2))], axis=1).astype(np.float32)
@@ -191,6 +192,7 @@ def test_polish_under_bf16_autocast_on_cpu_matches_fp32() -> None:
 
 
 def test_polish_option_env_and_describe(monkeypatch) -> None:
+    monkeypatch.delenv(POLISH_ENV, raising=False)
     model = CorrTrackNet(TINY)
     assert CorrTrackTracker(model=model).describe()["polish"] is True
     assert CorrTrackTracker(model=model).describe()["polish_config"]["radius_px"] == PolishConfig().radius
@@ -201,7 +203,27 @@ def test_polish_option_env_and_describe(monkeypatch) -> None:
     assert CorrTrackTracker(model=model, polish=True).polish is True
 
 
-def test_registry_offers_corrtrack_with_and_without_polish() -> None:
+def test_grey_frames_are_kept_only_for_the_polish() -> None:
+    from engine.stages import StageTimer
+    from engine.trackers.base import RunContext
+
+    frames = _shifting_texture(3, 1.0)
+    queries = np.array([[0, 128.0, 128.0]], np.float32)
+    ctx = RunContext(torch.device("cpu"), "fp32", 16, StageTimer(torch.device("cpu"), enabled=False))
+    model = CorrTrackNet(TINY)
+    with torch.inference_mode():  # as the session runs trackers
+        plain = CorrTrackTracker(model=model, polish=False)
+        prepared = plain.prepare(frames, ctx)
+        assert "grey" not in prepared.data
+        assert plain.track(prepared, queries, ctx).tracks.shape == (1, 3, 2)
+        polished = CorrTrackTracker(model=model, polish=True)
+        prepared = polished.prepare(frames, ctx)
+        assert prepared.data["grey"].shape == (3, 256, 256)
+        assert polished.track(prepared, queries, ctx).tracks.shape == (1, 3, 2)
+
+
+def test_registry_offers_corrtrack_with_and_without_polish(monkeypatch) -> None:
+    monkeypatch.delenv(POLISH_ENV, raising=False)
     from engine.trackers import load_tracker
     from engine.trackers.registry import available_trackers
 

@@ -224,6 +224,8 @@ def test_batch_views_keep_ground_truth_exact(bank):
         qt = v.queries[..., 0].round().long()
         picked = torch.gather(v.visible, 2, qt.unsqueeze(-1))
         assert bool(picked.all()), view  # every query stays visible at its own frame
+        at_query = torch.gather(v.tracks, 2, qt[..., None, None].expand(-1, -1, 1, 2)).squeeze(2)
+        assert torch.allclose(at_query, v.queries[..., 1:]), view  # queries moved with the tracks
     reversed_ = batch_view(b, REVERSE | FLIP_X)
     assert torch.equal(batch_view(reversed_, REVERSE | FLIP_X).video, b.video)  # each view is its own inverse
     # a view that moves the pixels but not the tracks must break the check (so the check can fail)

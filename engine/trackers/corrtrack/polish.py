@@ -13,6 +13,7 @@ the network and the TAP-Vid metrics (256x256 raster) measure distances.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -67,15 +68,20 @@ def sample_patches(grey: torch.Tensor, frame: torch.Tensor, centre: torch.Tensor
     return rows[:, :-1] + (rows[:, 1:] - rows[:, :-1]) * fy
 
 
+_TF32_SWITCH = threading.Lock()  # the cuDNN TF32 flag is process-wide: one polish flips it at a time
+
+
 def _conv_fp32(x: torch.Tensor, weight: torch.Tensor, groups: int) -> torch.Tensor:
     """Grouped conv2d in IEEE float32 also when the run allows TF32 convolutions (precision "tf32")."""
-    if x.device.type != "cuda" or not torch.backends.cudnn.allow_tf32:
+    if x.device.type != "cuda":
         return F.conv2d(x, weight, groups=groups)
-    torch.backends.cudnn.allow_tf32 = False
-    try:
-        return F.conv2d(x, weight, groups=groups)
-    finally:
-        torch.backends.cudnn.allow_tf32 = True
+    with _TF32_SWITCH:
+        saved = torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.allow_tf32 = False
+        try:
+            return F.conv2d(x, weight, groups=groups)
+        finally:
+            torch.backends.cudnn.allow_tf32 = saved
 
 
 def _parabola(left: torch.Tensor, mid: torch.Tensor, right: torch.Tensor) -> torch.Tensor:

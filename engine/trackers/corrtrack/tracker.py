@@ -149,50 +149,59 @@ class CorrTrackTracker(Tracker):
                 host = host.pin_memory()
             video = host.to(ctx.device, non_blocking=True)  # uint8 [T, H, W, 3]
 
-        def backbone(part: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            x = model.normalise(part.permute(0, 3, 1, 2))
-            return model.features(x), grey_frames(x)
+        keep_grey = self.polish  # grey frames only feed the polish
 
-        def body() -> tuple[torch.Tensor, torch.Tensor]:
+        def backbone(part: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            x = model.normalise(part.permute(0, 3, 1, 2))
+            return (model.features(x), grey_frames(x)) if keep_grey else (model.features(x),)
+
+        def body() -> tuple[torch.Tensor, torch.Tensor | None]:
             feats: torch.Tensor | None = None
             grey: torch.Tensor | None = None
             chunk = max(1, int(ctx.frames_per_batch))
             with ctx.timer.stage("backbone"):
                 for start in range(0, num_frames, chunk):
                     part = video[start:start + chunk]
-                    run = self._runner(ctx, self._backbone_graphs, ("backbone", tuple(part.shape)))
-                    out, out_grey = run("backbone", backbone, part)
-                    if feats is None or grey is None:
+                    run = self._runner(ctx, self._backbone_graphs, ("backbone", tuple(part.shape), keep_grey))
+                    out, *out_grey = run("backbone", backbone, part)
+                    if feats is None:
                         feats = torch.empty((num_frames, *out.shape[1:]), device=ctx.device, dtype=out.dtype)
-                        grey = torch.empty((num_frames, *out_grey.shape[1:]), device=ctx.device,
-                                           dtype=torch.float32)
+                        if out_grey:
+                            grey = torch.empty((num_frames, *out_grey[0].shape[1:]), device=ctx.device,
+                                               dtype=torch.float32)
                     feats[start:start + out.shape[0]] = out
-                    grey[start:start + out.shape[0]] = out_grey
-            assert feats is not None and grey is not None
+                    if grey is not None:
+                        grey[start:start + out.shape[0]] = out_grey[0]
+            assert feats is not None
             return feats, grey
 
         feats, grey = self._with_fallback(body)
-        return PreparedVideo(num_frames, height, width, data={"features": feats.unsqueeze(0), "grey": grey})
+        data = {"features": feats.unsqueeze(0)}
+        if grey is not None:
+            data["grey"] = grey
+        return PreparedVideo(num_frames, height, width, data=data)
 
     def track(self, prepared: PreparedVideo, queries: np.ndarray, ctx: RunContext) -> TrackResult:
         """Track queries [N, 3] (t, x, y) in original pixels through the prepared video."""
         model = self._model_on(ctx.device)
         feats = prepared.data["features"]  # [1, T, HW, C]
-        grey = prepared.data["grey"]  # [T, 256, 256] float32
+        grey = prepared.data.get("grey")  # [T, 256, 256] float32, when prepared with the polish on
         w, h = prepared.width, prepared.height
         # non_blocking: a blocking host -> device copy would wait for the backbone still queued by prepare
         q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(ctx.device, non_blocking=True)
         q_model = torch.cat([q[:, :1], to_model_xy(q[:, 1:], w, h)], dim=1).unsqueeze(0)  # [1, N, 3]
         num_frames = prepared.num_frames
         iters = model.cfg.num_iters
-        polish = self.polish_config if self.polish else None
+        polish = self.polish_config if self.polish and grey is not None else None
+        extra = (grey,) if polish is not None else ()  # the grey frames ride along only for the polish
 
-        def refine(qm: torch.Tensor, qfeat: torch.Tensor, g: torch.Tensor, pos: torch.Tensor, vis: torch.Tensor,
-                   acc: torch.Tensor, *levels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        def refine(qm: torch.Tensor, qfeat: torch.Tensor, pos: torch.Tensor, vis: torch.Tensor,
+                   acc: torch.Tensor, *rest: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            levels, g = (rest[:-1], rest[-1]) if polish is not None else (rest, None)
             hidden = model.initial_hidden(qfeat, num_frames)
             for _ in range(iters):
                 hidden, pos, vis, acc = model.refine_step(list(levels), qm, hidden, pos, vis, acc)
-            if polish is not None:
+            if g is not None:
                 pos, _ = ncc_polish(g, qm, pos, visible_from_logits(vis, acc), polish)
             return pos, vis, acc
 
@@ -201,15 +210,15 @@ class CorrTrackTracker(Tracker):
             run = self._runner(ctx, self._track_graphs, ("track", tuple(feats.shape), feats.dtype, len(q), polish))
             with timer.stage("query_features"):
                 # hands the video's tensors on as the graphs' static inputs (copied once per batch)
-                qfeat, f_s, q_s, g_s = run("query_features",
-                                           lambda f, qm, g: (model.query_features(f, qm), f, qm, g),
-                                           feats, q_model, grey)
+                qfeat, f_s, q_s, *g_s = run("query_features",
+                                            lambda f, qm, *g: (model.query_features(f, qm), f, qm, *g),
+                                            feats, q_model, *extra)
             with timer.stage("cost_volume"):
                 levels = run("cost_volume", lambda f, qf: model.cost_volume(f, qf), f_s, qfeat)
             with timer.stage("init_head"):
                 pos, vis, acc = run("init_head", lambda *lv: model.init_head(list(lv)), *levels)
             with timer.stage("refine"):
-                pos, vis, acc = run("refine", refine, q_s, qfeat, g_s, pos, vis, acc, *levels)
+                pos, vis, acc = run("refine", refine, q_s, qfeat, pos, vis, acc, *levels, *g_s)
             return pos, vis, acc
 
         pos, vis, acc = self._with_fallback(body)
