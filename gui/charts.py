@@ -358,24 +358,20 @@ class ChartsPanel(QWidget):
     def focus(self, lo: float, hi: float) -> None:
         """Hold the time axis on [lo, hi] (a finished run) until ``follow()``; telemetry keeps updating.
 
-        Applied at once by a tick, with the stage axis refitted to the bars in view, not older ones.
+        Applied by the next tick, with the stage axis refitted to the bars in view, not older ones. (Drawing
+        at once instead cost about 4 ms more GUI thread per second of back-to-back runs in gui_bench.py,
+        10.2-10.7 vs 5.4-6.4 ms/s, docs/records/gui_bench_cpu*.log; on a long time axis the next tick can
+        be 0.5-2.4 s away.)
         """
         self._follow = False
         pad = max(0.1, 0.1 * (hi - lo))
         self._x_want = (lo - pad, hi + pad)
         self._bars_dirty = True
-        self._tick_soon()
 
     def set_cost(self, cost: dict[str, Any] | None) -> None:
-        """The finished run's cost model: redrawn with % of roofline at once (one tick, as on showing)."""
+        """The finished run's cost model: the next tick redraws the breakdown with % of roofline."""
         self._cost = cost
         self._breakdown_due = time.perf_counter()
-        self._tick_soon()
-
-    def _tick_soon(self) -> None:
-        """A run ended: draw now rather than at the next tick, which is up to seconds away on a long axis."""
-        if self.live and self._timer.isActive() and self.isVisible():
-            QTimer.singleShot(0, self.poll)
 
     def _page_time_axis(self, x1: float) -> None:
         """Move the shared time axis in pages, not every poll: a moving range re-lays out every axis."""
