@@ -1,7 +1,7 @@
 """CorrTrackTracker: the built-in tracker, CorrTrackNet behind the Tracker protocol with timed stages.
 
 prepare: upload (host -> device copy of the uint8 frames), backbone (resize + CNN, in chunks of
-``frames_per_batch``; also keeps grey frames at 256x256 for the polish). track: query_features,
+``frames_per_batch``; with the polish on it also keeps grey frames at 256x256). track: query_features,
 cost_volume, init_head, refine (all iterations, then the NCC polish of polish.py unless ``polish=False``
 or the environment sets TRACKSCOPE_CORRTRACK_POLISH=0), download.
 Nothing inside a batch waits for the device: the only sync is the final copy back to the host.
@@ -136,8 +136,8 @@ class CorrTrackTracker(Tracker):
             return body()
 
     def prepare(self, frames: np.ndarray, ctx: RunContext) -> PreparedVideo:
-        """Upload the frames, run the backbone in chunks -> features [1, T, 64*64, C] and grey frames
-        [T, 256, 256] (float32, for the polish) on the device."""
+        """Upload the frames, run the backbone in chunks -> features [1, T, 64*64, C] and, with the polish
+        on, grey frames [T, 256, 256] (float32) on the device."""
         frames = np.asarray(frames)
         if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
             raise ValueError(f"frames must be uint8 [T, H, W, 3], got {frames.dtype} {frames.shape}")
