@@ -92,11 +92,29 @@ def _parabola(left: torch.Tensor, mid: torch.Tensor, right: torch.Tensor) -> tor
     return torch.where(curv < -1e-6, off, torch.zeros_like(off)).clamp(-0.5, 0.5)
 
 
-def _box_sums(x: torch.Tensor, k: int) -> torch.Tensor:
-    """Sums over every k x k window of x [..., H, W] -> [..., H-k+1, W-k+1], from an integral image
-    (several times faster on the CPU than avg_pool2d with a large kernel)."""
-    c = F.pad(x.cumsum(-2).cumsum(-1), (1, 0, 1, 0))
-    return c[..., k:, k:] - c[..., :-k, k:] - c[..., k:, :-k] + c[..., :-k, :-k]
+def _window_sums(region: torch.Tensor, k: int) -> torch.Tensor:
+    """Sums of region and region^2 [T, N, S, S] over every k x k window -> [T, N, 2, S-k+1, S-k+1], by two
+    separable average pools. (An integral image by cumsum was as fast on the CPU, but on the H200 the
+    cumsum along rows of 23 took 13 of the polish's 15 ms at 1024 queries.)"""
+    t, n, size, _ = region.shape
+    x = torch.stack([region, region.square()], dim=2).view(t, 2 * n, size, size)
+    sums = F.avg_pool2d(F.avg_pool2d(x, (1, k), stride=1), (k, 1), stride=1) * (k * k)
+    return sums.view(t, n, 2, size - k + 1, size - k + 1)
+
+
+def region_patches(grey: torch.Tensor, centre: torch.Tensor, size: int) -> torch.Tensor:
+    """Bilinear size x size patches of grey [T, S, S] centred on centre [T, N, 2] (x, y) px, one per frame
+    and point -> [T, N, size, size] float32; pixels beyond the border repeat the edge (one grid_sample)."""
+    t, s, _ = grey.shape
+    n = centre.shape[1]
+    scale = 2.0 / (s - 1)  # px -> grid_sample's [-1, 1] (align_corners=True: -1 and 1 are pixel centres)
+    offs = (torch.arange(size, device=grey.device, dtype=torch.float32) - (size - 1) / 2.0) * scale
+    c = centre.float().clamp(-2.0 * s, 3.0 * s) * scale - 1.0
+    gx = (c[..., 0, None, None] + offs.view(1, 1, 1, size)).expand(t, n, size, size)
+    gy = (c[..., 1, None, None] + offs.view(1, 1, size, 1)).expand(t, n, size, size)
+    grid = torch.stack([gx, gy], dim=-1).view(t, n * size, size, 2)
+    out = F.grid_sample(grey.unsqueeze(1), grid, mode="bilinear", padding_mode="border", align_corners=True)
+    return out.view(t, n, size, size)
 
 
 def ncc_polish(grey: torch.Tensor, queries: torch.Tensor, pos: torch.Tensor, visible: torch.Tensor,
@@ -118,39 +136,39 @@ def _ncc_polish(grey: torch.Tensor, queries: torch.Tensor, pos: torch.Tensor, vi
     r = cfg.radius
     w = 2 * r + 1
     size = k + 2 * r
-    dev = pos.device
+    bn = b * n
     # template: the query frame's patch at the query point, zero mean, unit norm
-    q = queries.reshape(b * n, 3)
-    templ = sample_patches(grey, q[:, 0].round(), q[:, 1:], k).reshape(b * n, k * k)
+    q = queries.reshape(bn, 3)
+    templ = sample_patches(grey, q[:, 0].round(), q[:, 1:], k).reshape(bn, k * k)
     templ = templ - templ.mean(dim=1, keepdim=True)
     tnorm = templ.norm(dim=1, keepdim=True)
     textured = (tnorm > MIN_STD * k).view(b, n, 1)  # a flat template matches anything
     templ = templ / tnorm.clamp_min(1e-6)
-    # search regions around every estimate: [M, size, size], M = B*N*T
-    m = b * n * t
-    frames = torch.arange(t, device=dev).repeat(b * n)
-    region = sample_patches(grey, frames, pos.reshape(m, 2), size)
-    region = region - region.mean(dim=(1, 2), keepdim=True)  # better conditioned window variances
-    # cross-correlation with each track's template: depthwise convolution, one group per (track, frame).
-    # (A batched-FFT version gave the same polish time on the H200, 5.2 / 16.2 ms eager at 256 / 1024
-    # queries x 47 frames, and was slower on the CPU: the correlation is not where that time goes.)
-    kernel = templ.view(b * n, 1, 1, k, k).expand(b * n, t, 1, k, k).reshape(m, 1, k, k)
-    corr = _conv_fp32(region.unsqueeze(0), kernel, m).view(m, w * w)
-    sums = _box_sums(torch.stack([region, region.square()], dim=1), k)  # [M, 2, w, w]
-    var = (sums[:, 1] - sums[:, 0].square() / (k * k)).clamp_min(0).reshape(m, w * w)  # k^2 x variance
+    # search regions around every estimate, frames first: [T, BN, size, size]
+    region = region_patches(grey, pos.reshape(bn, t, 2).transpose(0, 1), size)
+    region = region - region.mean(dim=(2, 3), keepdim=True)  # better conditioned window variances
+    # cross-correlation with each track's template: a depthwise convolution over the frames (the batch),
+    # one group per track. (A batched FFT took the same time on the H200 and was slower on the CPU.)
+    corr = _conv_fp32(region, templ.view(bn, 1, k, k), bn).reshape(t, bn, w * w)
+    sums = _window_sums(region, k)  # [T, BN, 2, w, w]
+    var = (sums[:, :, 1] - sums[:, :, 0].square() / (k * k)).clamp_min(0).reshape(t, bn, w * w)  # k^2 x variance
     ncc = corr / var.clamp_min((MIN_STD * k) ** 2).sqrt()  # near-flat windows score low, never > 1
-    peak, arg = ncc.max(dim=1)
+    peak, arg = ncc.max(dim=2)  # [T, BN]
     iy = arg // w
     ix = arg % w
     inner = (ix > 0) & (ix < w - 1) & (iy > 0) & (iy < w - 1)
-    grid = ncc.view(m, w, w)
-    rows = torch.arange(m, device=dev)
     ixc = ix.clamp(1, w - 2)
     iyc = iy.clamp(1, w - 2)
-    dx = _parabola(grid[rows, iy, ixc - 1], peak, grid[rows, iy, ixc + 1])
-    dy = _parabola(grid[rows, iyc - 1, ix], peak, grid[rows, iyc + 1, ix])
-    step = torch.stack([ix.float() - r + dx, iy.float() - r + dy], dim=1)
+
+    def at(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return ncc.gather(2, (y * w + x).unsqueeze(2)).squeeze(2)
+
+    dx = _parabola(at(iy, ixc - 1), peak, at(iy, ixc + 1))
+    dy = _parabola(at(iyc - 1, ix), peak, at(iyc + 1, ix))
+    step = torch.stack([ix.float() - r + dx, iy.float() - r + dy], dim=2)  # [T, BN, 2]
     ok = inner & (peak >= cfg.min_ncc) & torch.isfinite(peak)
-    ok = ok.view(b, n, t) & visible & textured
-    new = torch.where(ok.unsqueeze(-1), pos + step.view(b, n, t, 2), pos)
-    return new, torch.where(ok, peak.view(b, n, t), torch.zeros_like(peak.view(b, n, t)))
+    ok = ok.transpose(0, 1).reshape(b, n, t) & visible & textured
+    step = step.transpose(0, 1).reshape(b, n, t, 2)
+    peak = peak.transpose(0, 1).reshape(b, n, t)
+    new = torch.where(ok.unsqueeze(-1), pos + step, pos)
+    return new, torch.where(ok, peak, torch.zeros_like(peak))
