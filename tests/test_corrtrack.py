@@ -17,7 +17,14 @@ from engine.stages import BUILTIN_STAGES
 from engine.trackers.corrtrack import CorrTrackNet, CorrTrackTracker
 from engine.trackers.corrtrack.losses import match_loss, track_losses
 from engine.trackers.corrtrack.model import CorrTrackConfig, local_windows, sample_points
-from engine.trackers.corrtrack.polish import PolishConfig, grey_frames, ncc_polish, sample_patches
+from engine.trackers.corrtrack.polish import (
+    PolishConfig,
+    _window_sums,
+    grey_frames,
+    ncc_polish,
+    region_patches,
+    sample_patches,
+)
 from engine.trackers.corrtrack.tracker import POLISH_ENV, from_model_xy, to_model_xy
 from engine.trackers.corrtrack.weights import DEFAULT_WEIGHTS, load_model, manifest_path, save_model, sha256_file
 
@@ -150,6 +157,26 @@ def test_sample_patches_match_grid_sample_inside() -> None:
     xy = centre[:, None, :] + torch.stack([ox.reshape(-1), oy.reshape(-1)], dim=1)[None]
     ref = _grid_sample_points(grey[frame].unsqueeze(1), xy)[..., 0].view(6, 5, 5)
     assert torch.allclose(got, ref, atol=1e-5)
+
+
+def test_region_patches_agree_with_the_gather_path_also_beyond_the_border() -> None:
+    gen = torch.Generator().manual_seed(11)
+    grey = torch.randn(3, 24, 24, generator=gen)
+    centre = torch.rand(3, 5, 2, generator=gen) * 40 - 8  # many patches reach past the edge
+    got = region_patches(grey, centre, 7)  # frames first: [T, N, 7, 7]
+    frame = torch.arange(3).repeat_interleave(5)
+    ref = sample_patches(grey, frame, centre.reshape(15, 2), 7).view(3, 5, 7, 7)
+    assert got.shape == (3, 5, 7, 7)
+    assert torch.allclose(got, ref, atol=1e-4)
+
+
+def test_window_sums_match_brute_force() -> None:
+    gen = torch.Generator().manual_seed(12)
+    region = torch.randn(2, 3, 9, 9, generator=gen)
+    got = _window_sums(region, 4)  # [T, N, 2, 6, 6]
+    windows = region.unfold(2, 4, 1).unfold(3, 4, 1)  # [T, N, 6, 6, 4, 4]
+    assert torch.allclose(got[:, :, 0], windows.sum(dim=(-1, -2)), atol=1e-4)
+    assert torch.allclose(got[:, :, 1], windows.square().sum(dim=(-1, -2)), atol=1e-4)
 
 
 def test_polish_recovers_a_subpixel_translation_and_keeps_shapes() -> None:
