@@ -576,7 +576,7 @@ class ChartsPanel(QWidget):
         self._stage_top = max(warm) * WARM_HEADROOM
         self.stage_plot.setYRange(0, self._stage_top, padding=0)
         start, height = max(cold, key=lambda c: c[1])
-        self._cold_label.setText(f"cold run: {height:.0f} ms (clipped); warm batches {np.median(warm):.1f} ms")
+        self._cold_label.setText(f"cold run: {height:.0f} ms (clipped)\nwarm batches: {np.median(warm):.1f} ms")
         self._cold_label.setPos(start, self._stage_top)
         if self._cold_label.scene() is None:
             self.stage_plot.addItem(self._cold_label, ignoreBounds=True)

@@ -11,10 +11,11 @@ screenshots:
 
     X="xvfb-run -s '-screen 0 1600x1000x24' python scripts/gui_screenshots.py"; H=tests/data/h200
     $X --runs corrtrack:fp32:256
-    $X --runs corrtrack:fp32:256,corrtrack:bf16:256 --shot A/B=docs/ab_view.png
+    $X --runs corrtrack:fp32:256,corrtrack-nopolish:fp32:256 --shot A/B=docs/ab_view.png
     $X --runs "" --report $H/corrtrack_bf16_p256_sample.json --tradeoff $H/corrtrack_fp32_p256_sample.json \
         --tradeoff ... (tf32, fp16) --shot Video=docs/main_window_h200_replay.png \
-        --shot Precision=docs/tradeoff_panel.png --shot Diagnosis=docs/diagnosis_panel.png
+        --shot Precision=docs/tradeoff_panel.png
+    $X --runs "" --report $H/planted/tf32_off_fp32_p128_f16.json --shot Diagnosis=docs/diagnosis_panel.png
 """
 
 from __future__ import annotations
