@@ -122,6 +122,21 @@ def kernel_profile(tracker: CorrTrackTracker, frames: np.ndarray, queries: np.nd
     return prof.key_averages().table(sort_by="cuda_time_total", row_limit=18, max_name_column_width=60)
 
 
+def apply_compile(tracker: CorrTrackTracker, what: str) -> None:
+    """torch.compile (inductor, static shapes) parts of the tracker, for --compile: "refine" compiles one
+    refinement iteration and the NCC polish, "all" the backbone's features too. Compilation happens on the
+    first call of each shape and dtype, inside the first (cold) run."""
+    if what == "none":
+        return
+    from engine.trackers.corrtrack import tracker as tracker_module
+
+    model = tracker.model
+    model.refine_step = torch.compile(model.refine_step, dynamic=False)
+    tracker_module.ncc_polish = torch.compile(tracker_module.ncc_polish, dynamic=False)
+    if what == "all":
+        model.features = torch.compile(model.features, dynamic=False)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--weights", type=Path, required=True)
@@ -134,6 +149,8 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--val-videos", type=int, default=32)
     p.add_argument("--no-profile", action="store_true")
+    p.add_argument("--compile", choices=["none", "refine", "all"], default="none",
+                   help="torch.compile parts of the tracker (see apply_compile); the cold run includes compiling")
     p.add_argument("--modes", nargs="+", default=["graphs", "eager"], choices=["graphs", "eager"],
                    help="CUDA graphs per stage, and/or plain eager launches (the first mode gets cold/accuracy)")
     args = p.parse_args()
@@ -151,6 +168,8 @@ def main() -> int:
     best = "bf16" if "bf16" in args.precisions else args.precisions[0]
     t0 = time.perf_counter()
     tracker = CorrTrackTracker(args.weights, cuda_graphs=args.modes[0] == "graphs")
+    apply_compile(tracker, args.compile)
+    result["compile"] = args.compile
     load_ms = (time.perf_counter() - t0) * 1e3
     ctx = RunContext(device, best, args.frames, StageTimer(device, enabled=False))
     run_once(tracker, frames, all_queries[: args.queries[0]], ctx)
@@ -161,6 +180,7 @@ def main() -> int:
     trackers = {args.modes[0]: tracker}
     for mode in args.modes[1:]:
         trackers[mode] = CorrTrackTracker(args.weights, cuda_graphs=mode == "graphs")
+        apply_compile(trackers[mode], args.compile)
     for mode, tr in trackers.items():
         for precision in args.precisions:
             for n in args.queries:
@@ -184,7 +204,8 @@ def main() -> int:
         result["accuracy"] = accuracy(tracker, device, tuple(args.precisions), args.val_videos)
         print("accuracy", json.dumps(result["accuracy"]))
     (args.out / "bench.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(f"\n{result['device']}, torch {result['torch']}, {args.frames} frames 256x256, warm median of "
+    print(f"\n{result['device']}, torch {result['torch']}, compile {args.compile}, {args.frames} frames 256x256, "
+          f"warm median of "
           f"{args.repeats}; cold = load + first run ({best}, N={args.queries[0]}): "
           f"{result['cold']['load_plus_first_run_ms']:.0f} ms (load {load_ms:.0f} ms; CUDA context "
           f"{result['context_ms']:.0f} ms before it)")

@@ -25,7 +25,7 @@ from engine.trackers.corrtrack.polish import (
     region_patches,
     sample_patches,
 )
-from engine.trackers.corrtrack.tracker import POLISH_ENV, from_model_xy, to_model_xy
+from engine.trackers.corrtrack.tracker import COMPILE_ENV, POLISH_ENV, from_model_xy, to_model_xy
 from engine.trackers.corrtrack.weights import DEFAULT_WEIGHTS, load_model, manifest_path, save_model, sha256_file
 
 MAX_WEIGHTS_BYTES = 20 * 2**20
@@ -228,6 +228,54 @@ def test_polish_option_env_and_describe(monkeypatch) -> None:
     tracker = CorrTrackTracker(model=model)
     assert tracker.describe()["polish"] is False and "polish_config" not in tracker.describe()
     assert CorrTrackTracker(model=model, polish=True).polish is True
+
+
+def test_compile_is_opt_in_and_cuda_only(monkeypatch) -> None:
+    monkeypatch.delenv(COMPILE_ENV, raising=False)
+    model = CorrTrackNet(TINY)
+    assert CorrTrackTracker(model=model).describe()["compile"] is False
+    monkeypatch.setenv(COMPILE_ENV, "1")
+    tracker = CorrTrackTracker(model=model)
+    assert tracker.compile is True and tracker.describe()["compile"] is True
+    # on the CPU the plain functions run (compiling would cost tens of seconds per shape for little)
+    assert tracker._fn("refine_step", model.refine_step, torch.device("cpu")) == model.refine_step
+    assert tracker._compiled == {}
+
+
+class _InductorFailure(RuntimeError):
+    """Stands for an error raised inside torch.compile (the fallback tells them apart by module)."""
+
+
+_InductorFailure.__module__ = "torch._inductor.exc"
+
+
+def test_a_failing_compile_falls_back_to_the_plain_code_and_says_why() -> None:
+    tracker = CorrTrackTracker(model=CorrTrackNet(TINY), compile=True)
+    tracker._compiled["refine_step"] = object()  # as if a compiled function had been made
+    calls = []
+
+    def body() -> str:
+        calls.append(tracker._compiled.copy())
+        if tracker._compiled:
+            raise RuntimeError("while running the compiled graph") from _InductorFailure("triton: no compiler")
+        return "ran"
+
+    assert tracker._with_fallback(body) == "ran"
+    assert len(calls) == 2 and tracker._compiled == {}
+    assert tracker.describe()["compile"] is False
+    assert "RuntimeError: while running the compiled graph" in tracker.describe()["compile_error"]
+    # anything else, and out-of-memory errors, still reach the caller
+    with pytest.raises(ValueError):
+        tracker._with_fallback(lambda: (_ for _ in ()).throw(ValueError("bad queries")))
+    oom = CorrTrackTracker(model=CorrTrackNet(TINY), compile=True)
+    oom._compiled["x"] = object()
+
+    def out_of_memory() -> None:
+        raise RuntimeError("CUDA out of memory") from _InductorFailure("x")
+
+    with pytest.raises(RuntimeError, match="out of memory"):
+        oom._with_fallback(out_of_memory)
+    assert oom.compile_error == ""
 
 
 def test_grey_frames_are_kept_only_for_the_polish() -> None:

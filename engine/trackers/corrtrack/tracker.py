@@ -7,6 +7,10 @@ or the environment sets TRACKSCOPE_CORRTRACK_POLISH=0), download.
 Nothing inside a batch waits for the device: the only sync is the final copy back to the host.
 On CUDA each stage runs as a captured CUDA graph (graphs.py) unless ``cuda_graphs=False`` or the
 environment sets TRACKSCOPE_NO_CUDA_GRAPHS=1; a capture that fails falls back to eager for good.
+Opt-in, CUDA only: ``compile=True`` (or TRACKSCOPE_CORRTRACK_COMPILE=1) runs the backbone's features, each
+refinement iteration and the polish through torch.compile (inductor, static shapes): on the H200 the
+warm call takes about half the time, but every new shape compiles for 15-35 s in its first run, so it
+is off by default (cold start). A compile that fails falls back to the uncompiled code for good.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from .weights import DEFAULT_WEIGHTS, load_model
 
 NO_GRAPHS_ENV = "TRACKSCOPE_NO_CUDA_GRAPHS"
 POLISH_ENV = "TRACKSCOPE_CORRTRACK_POLISH"  # "0" turns the NCC polish off
+COMPILE_ENV = "TRACKSCOPE_CORRTRACK_COMPILE"  # "1" turns torch.compile on (CUDA)
+_TRUE = ("1", "true", "yes", "on")
 
 
 def to_model_xy(xy: torch.Tensor, width: int, height: int) -> torch.Tensor:
@@ -52,10 +58,11 @@ class CorrTrackTracker(Tracker):
 
     def __init__(self, weights: Path | str | None = None, model: CorrTrackNet | None = None,
                  cuda_graphs: bool | None = None, polish: bool | None = None,
-                 polish_config: PolishConfig | None = None):
+                 polish_config: PolishConfig | None = None, compile: bool | None = None):
         """Load checked weights (default: the shipped ones), or use ``model`` as given (tests).
 
         polish: NCC sub-pixel polish after refinement (default on, unless TRACKSCOPE_CORRTRACK_POLISH=0).
+        compile: torch.compile the hot functions on CUDA (default off, unless TRACKSCOPE_CORRTRACK_COMPILE=1).
         """
         if model is not None:
             self.model = model.eval()
@@ -65,12 +72,17 @@ class CorrTrackTracker(Tracker):
             self.weights_path = Path(weights) if weights is not None else DEFAULT_WEIGHTS
             self.model, self.manifest = load_model(self.weights_path)
         if cuda_graphs is None:
-            cuda_graphs = os.environ.get(NO_GRAPHS_ENV, "") not in ("1", "true", "yes")
+            cuda_graphs = os.environ.get(NO_GRAPHS_ENV, "") not in _TRUE
         self.cuda_graphs = cuda_graphs
         if polish is None:
             polish = os.environ.get(POLISH_ENV, "") not in ("0", "false", "no", "off")
         self.polish = polish
         self.polish_config = polish_config or PolishConfig()
+        if compile is None:
+            compile = os.environ.get(COMPILE_ENV, "").lower() in _TRUE
+        self.compile = compile
+        self.compile_error = ""
+        self._compiled: dict[str, Callable[..., Any]] = {}
         self.graph_error = ""
         self._track_graphs = GraphCache()
         self._backbone_graphs = GraphCache()
@@ -85,11 +97,14 @@ class CorrTrackTracker(Tracker):
             "weights": str(self.weights_path) if self.weights_path else None,
             "cuda_graphs": self.cuda_graphs and not self.graph_error,
             "polish": self.polish,
+            "compile": self.compile and not self.compile_error,
         }
         if self.polish:
             info["polish_config"] = self.polish_config.to_dict()
         if self.graph_error:
             info["cuda_graphs_error"] = self.graph_error
+        if self.compile_error:
+            info["compile_error"] = self.compile_error
         for key in ("sha256", "validation", "training", "date"):
             if key in self.manifest:
                 info[key] = self.manifest[key]
@@ -121,19 +136,34 @@ class CorrTrackTracker(Tracker):
         full_key = (*key, str(ctx.device), ctx.precision, torch.backends.cuda.matmul.allow_tf32)
         return lambda name, fn, *inputs: cache.stage(full_key, name, fn, inputs)
 
+    def _fn(self, name: str, fn: Callable[..., Any], device: torch.device) -> Callable[..., Any]:
+        """fn, or its torch.compile'd twin (made once per tracker) when compiling is on for this device."""
+        if not self.compile or device.type != "cuda" or self.compile_error:
+            return fn
+        compiled = self._compiled.get(name)
+        if compiled is None:
+            compiled = self._compiled[name] = torch.compile(fn, dynamic=False)
+        return compiled
+
     def _with_fallback(self, body: Callable[[], Any]) -> Any:
-        """Run body; if a graph capture fails, note why and run it again eagerly."""
+        """Run body; if compiling fails, note why and run it again uncompiled; if a CUDA graph capture
+        fails, likewise eagerly. Out-of-memory errors always propagate (the caller names the batch sizes)."""
         try:
             return body()
-        except RuntimeError as exc:
-            if self._device.type != "cuda" or not self.cuda_graphs or self.graph_error:
-                raise
+        except Exception as exc:
             if "out of memory" in str(exc).lower():
                 raise
-            self.graph_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            if self._compiled and not self.compile_error and _from_compiler(exc):
+                self.compile_error = _first_line(exc)
+                self._compiled.clear()
+            elif (isinstance(exc, RuntimeError) and self._device.type == "cuda" and self.cuda_graphs
+                  and not self.graph_error):
+                self.graph_error = _first_line(exc)
+            else:
+                raise
             self._track_graphs.clear()
             self._backbone_graphs.clear()
-            return body()
+            return self._with_fallback(body)
 
     def prepare(self, frames: np.ndarray, ctx: RunContext) -> PreparedVideo:
         """Upload the frames, run the backbone in chunks -> features [1, T, 64*64, C] and, with the polish
@@ -153,7 +183,8 @@ class CorrTrackTracker(Tracker):
 
         def backbone(part: torch.Tensor) -> tuple[torch.Tensor, ...]:
             x = model.normalise(part.permute(0, 3, 1, 2))
-            return (model.features(x), grey_frames(x)) if keep_grey else (model.features(x),)
+            feats = self._fn("features", model.features, ctx.device)(x)  # looked up per call: see _with_fallback
+            return (feats, grey_frames(x)) if keep_grey else (feats,)
 
         def body() -> tuple[torch.Tensor, torch.Tensor | None]:
             feats: torch.Tensor | None = None
@@ -198,11 +229,13 @@ class CorrTrackTracker(Tracker):
         def refine(qm: torch.Tensor, qfeat: torch.Tensor, pos: torch.Tensor, vis: torch.Tensor,
                    acc: torch.Tensor, *rest: torch.Tensor) -> tuple[torch.Tensor, ...]:
             levels, g = (rest[:-1], rest[-1]) if polish is not None else (rest, None)
+            refine_step = self._fn("refine_step", model.refine_step, ctx.device)
+            polish_fn = self._fn("ncc_polish", ncc_polish, ctx.device)
             hidden = model.initial_hidden(qfeat, num_frames)
             for _ in range(iters):
-                hidden, pos, vis, acc = model.refine_step(list(levels), qm, hidden, pos, vis, acc)
+                hidden, pos, vis, acc = refine_step(list(levels), qm, hidden, pos, vis, acc)
             if g is not None:
-                pos, _ = ncc_polish(g, qm, pos, visible_from_logits(vis, acc), polish)
+                pos, _ = polish_fn(g, qm, pos, visible_from_logits(vis, acc), polish)
             return pos, vis, acc
 
         def body() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -232,3 +265,19 @@ class CorrTrackTracker(Tracker):
             tracks_np = tracks.cpu().numpy()
             visible_np = visible.cpu().numpy()
         return TrackResult(tracks_np, visible_np)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def _from_compiler(exc: BaseException | None) -> bool:
+    """Whether exc (or an exception it was raised from) comes from torch.compile's dynamo or inductor."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if type(exc).__module__.startswith(("torch._dynamo", "torch._inductor")):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
