@@ -9,7 +9,7 @@ e.g. patches beyond the frame border, where the edge repeats):
   integral  window sums by an integral image (two cumsums), as first shipped
   matmul    correlation as one banded matmul per track instead of the conv
 The first shipped polish (an int64 gather per (track, frame), one conv group per (track, frame), the
-integral image) took 4.9 / 16.0 ms eager at 256 / 1024 queries on the H200, 13.1 ms of it in the cumsum
+integral image) took 4.9 / 16.0 ms eager at 256 / 1024 queries on the H200, 12.9 ms of it in the cumsum
 along rows (docs/records/h200_polish_profile_call1.log).
 """
 

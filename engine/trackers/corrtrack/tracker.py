@@ -9,8 +9,8 @@ On CUDA each stage runs as a captured CUDA graph (graphs.py) unless ``cuda_graph
 environment sets TRACKSCOPE_NO_CUDA_GRAPHS=1; a capture that fails falls back to eager for good.
 Opt-in, CUDA only: ``compile=True`` (or TRACKSCOPE_CORRTRACK_COMPILE=1) runs the backbone's features, each
 refinement iteration and the polish through torch.compile (inductor, static shapes): on the H200 the
-warm call takes about half the time, but every new shape compiles for 15-35 s in its first run, so it
-is off by default (cold start). A compile that fails falls back to the uncompiled code for good.
+warm call took about half the time, but first runs took 16-62 s to compile, so it is off by default
+(cold start). A compile that fails falls back to the uncompiled code for good.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ NO_GRAPHS_ENV = "TRACKSCOPE_NO_CUDA_GRAPHS"
 POLISH_ENV = "TRACKSCOPE_CORRTRACK_POLISH"  # "0" turns the NCC polish off
 COMPILE_ENV = "TRACKSCOPE_CORRTRACK_COMPILE"  # "1" turns torch.compile on (CUDA)
 _TRUE = ("1", "true", "yes", "on")
+RECOMPILE_LIMIT = 64  # dynamo's variants per compiled function, raised to this while compiling is on
 
 
 def to_model_xy(xy: torch.Tensor, width: int, height: int) -> torch.Tensor:
@@ -72,7 +73,7 @@ class CorrTrackTracker(Tracker):
             self.weights_path = Path(weights) if weights is not None else DEFAULT_WEIGHTS
             self.model, self.manifest = load_model(self.weights_path)
         if cuda_graphs is None:
-            cuda_graphs = os.environ.get(NO_GRAPHS_ENV, "") not in _TRUE
+            cuda_graphs = os.environ.get(NO_GRAPHS_ENV, "").lower() not in _TRUE
         self.cuda_graphs = cuda_graphs
         if polish is None:
             polish = os.environ.get(POLISH_ENV, "") not in ("0", "false", "no", "off")
@@ -97,7 +98,7 @@ class CorrTrackTracker(Tracker):
             "weights": str(self.weights_path) if self.weights_path else None,
             "cuda_graphs": self.cuda_graphs and not self.graph_error,
             "polish": self.polish,
-            "compile": self.compile and not self.compile_error,
+            "compile": self._compiling(self._device),
         }
         if self.polish:
             info["polish_config"] = self.polish_config.to_dict()
@@ -136,12 +137,18 @@ class CorrTrackTracker(Tracker):
         full_key = (*key, str(ctx.device), ctx.precision, torch.backends.cuda.matmul.allow_tf32)
         return lambda name, fn, *inputs: cache.stage(full_key, name, fn, inputs)
 
+    def _compiling(self, device: torch.device) -> bool:
+        return self.compile and device.type == "cuda" and not self.compile_error
+
     def _fn(self, name: str, fn: Callable[..., Any], device: torch.device) -> Callable[..., Any]:
         """fn, or its torch.compile'd twin (made once per tracker) when compiling is on for this device."""
-        if not self.compile or device.type != "cuda" or self.compile_error:
+        if not self._compiling(device):
             return fn
         compiled = self._compiled.get(name)
         if compiled is None:
+            # each shape, dtype and autocast setting (graph capture vs eager) compiles once: 8 variants
+            # per function, dynamo's default, are used up by two batch sizes in two precisions
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
             compiled = self._compiled[name] = torch.compile(fn, dynamic=False)
         return compiled
 
@@ -231,7 +238,7 @@ class CorrTrackTracker(Tracker):
             levels, g = (rest[:-1], rest[-1]) if polish is not None else (rest, None)
             refine_step = self._fn("refine_step", model.refine_step, ctx.device)
             polish_fn = self._fn("ncc_polish", ncc_polish, ctx.device)
-            hidden = model.initial_hidden(qfeat, num_frames)
+            hidden = model.initial_hidden(qfeat, num_frames).contiguous()  # one stride layout for every iteration
             for _ in range(iters):
                 hidden, pos, vis, acc = refine_step(list(levels), qm, hidden, pos, vis, acc)
             if g is not None:
@@ -273,10 +280,11 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _from_compiler(exc: BaseException | None) -> bool:
-    """Whether exc (or an exception it was raised from) comes from torch.compile's dynamo or inductor."""
+    """Whether exc (or an exception it was raised from) comes from torch.compile (dynamo, inductor, or a
+    Triton kernel it generated)."""
     seen = 0
     while exc is not None and seen < 8:
-        if type(exc).__module__.startswith(("torch._dynamo", "torch._inductor")):
+        if type(exc).__module__.startswith(("torch._dynamo", "torch._inductor", "triton")):
             return True
         exc = exc.__cause__ or exc.__context__
         seen += 1
