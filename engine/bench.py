@@ -195,7 +195,8 @@ class Bench:
             self.sampler = TelemetrySampler(device_index=self.device.index or 0)
         self.rows: list[Row] = []
         self.reports: list[dict[str, Any]] = []
-        self._fp32: dict[tuple[int, int], tuple[Row, dict[str, Any]]] = {}
+        # per (points, frames) batch sizes: the fp32 row and its final (tracks, visible), unrounded
+        self._fp32: dict[tuple[int, int], tuple[Row, tuple[np.ndarray, np.ndarray] | None]] = {}
 
     def _loader(self, name: str):
         return self.tracker
@@ -232,13 +233,14 @@ class Bench:
 
             try:
                 stage_costs = count_session_cost(self.data.frames, self.data.queries, config,
-                                                 tracker=self.tracker, tracker_loader=self._loader)
+                                                 tracker=self.tracker, tracker_loader=self._loader,
+                                                 video_info=dict(self.data.info))
             except Exception as exc:  # the counted pass is extra information, never fatal
                 row.extra["cost_error"] = f"{type(exc).__name__}: {exc}"
         reference = None
         key = (config.points_per_batch, config.frames_per_batch)
         if self.data.ground_truth is None and config.precision != "fp32" and key in self._fp32:
-            reference = self._fp32[key][1]
+            reference = self._fp32[key][1]  # None when the fp32 run finished nothing
         report = recorder.build(telemetry=self.sampler, ground_truth=self.data.ground_truth,
                                 reference_tracks=reference, stage_costs=stage_costs,
                                 reference_label="fp32" if reference is not None else None)
@@ -246,7 +248,9 @@ class Bench:
         report["queries_source"] = self.data.source
         self._fill_row(row, report, g.reason)
         if config.precision == "fp32":
-            self._fp32[key] = (row, report)
+            final = recorder.final
+            self._fp32[key] = (row, (final.tracks, final.visible) if final is not None else None)
+            row.speedup = 1.0
         elif key in self._fp32 and self._fp32[key][0].ms_median and row.ms_median:
             row.speedup = self._fp32[key][0].ms_median / row.ms_median
         self.reports.append(report)
@@ -260,7 +264,6 @@ class Bench:
         row.ms_p10, row.ms_p90 = (_percentile(warm, q) for q in PERCENTILES)
         row.cold_ms = totals.get("cold_ms")
         row.frames_per_s = totals.get("frames_per_s")
-        row.speedup = 1.0 if report["config"].get("precision") == "fp32" else None
         row.peak_memory_bytes = totals.get("peak_memory_bytes")
         row.memory_kind = "GPU peak" if row.peak_memory_bytes else ""
         if not row.peak_memory_bytes and totals.get("peak_rss_bytes"):
@@ -374,10 +377,8 @@ def write_outputs(out: Path, bench: Bench, findings: list[Any] | None, overhead:
         report = by_label.get(row.label)
         if report is None:
             continue
-        if findings is not None:
-            extra = [f.to_dict() for f in findings if f.label == row.label]
-            seen = {(f["rule"], f.get("stage")) for f in report["findings"]}
-            report["findings"] += [f for f in extra if (f["rule"], f.get("stage")) not in seen]
+        if findings is not None:  # the sweep's findings (each report's own ones, less those it explains)
+            report["findings"] = [f.to_dict() for f in findings if f.label == row.label]
         name = _slug(row.label) + ".json"
         save_report(out / name, report)
         row.report_file = name

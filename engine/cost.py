@@ -43,7 +43,6 @@ _GATHER_READ_FACTOR = {"index": 1, "gather": 1, "index_select": 1, "embedding": 
 #: tensor dtypes -> the precision name their matmul/conv FLOPs run at (fp32 becomes tf32 in tf32 mode)
 _DTYPE_PRECISION = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.int8: "int8", torch.float32: "fp32",
                     torch.float64: "fp32"}
-BOUNDS = ("compute", "memory", "latency", "host", "unknown")
 
 #: counted costs per configuration key (one counted pass per configuration and process)
 _CACHE: dict[tuple, dict[str, dict[str, Any]]] = {}
@@ -214,8 +213,10 @@ def count_cost(key: tuple, run: Callable[[], Any], precision: str = "fp32") -> d
 
 
 def count_session_cost(frames: np.ndarray, queries: np.ndarray, config: Any, tracker: Any = None,
-                       tracker_loader: Callable[[str], Any] | None = None) -> dict[str, dict[str, Any]]:
-    """One extra counted pass of a session (cached by configuration). Run it after the timed runs."""
+                       tracker_loader: Callable[[str], Any] | None = None,
+                       video_info: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """One extra counted pass of a session (cached by configuration). Run it after the timed runs.
+    video_info: the reader's info, as the timed sessions got it (queries are in the video's pixels)."""
     from .errors import UserError
     from .session import Failed, Session
 
@@ -231,7 +232,8 @@ def count_session_cost(frames: np.ndarray, queries: np.ndarray, config: Any, tra
 
     def run() -> None:
         with tracker.counting_mode():
-            last = Session(frames, queries, config, tracker=tracker, tracker_loader=tracker_loader).run()
+            last = Session(frames, queries, config, tracker=tracker, tracker_loader=tracker_loader,
+                           video_info=video_info).run()
         if isinstance(last, Failed):
             raise UserError(f"the counted pass failed: {last.message}", last.suggestion)
 

@@ -404,7 +404,16 @@ def test_counting_mode_runs_eagerly_so_the_cost_model_sees_every_op() -> None:
     clear_cache()
     frames = _shifting_texture(6, 1.0)
     queries = np.array([[0, 20.0, 20.0], [2, 30.0, 40.0]], np.float32)
+    graphs_seen = []
+    track = tracker.track
+
+    def spy(*args, **kwargs):
+        graphs_seen.append(tracker.cuda_graphs)  # on the CPU graphs never run: check the flag the pass saw
+        return track(*args, **kwargs)
+
+    tracker.track = spy
     costs = count_session_cost(frames, queries, RunConfig(tracker="corrtrack", device="cpu"), tracker=tracker)
     for stage in ("backbone", "cost_volume", "refine"):
         assert costs[stage]["flops"] > 0 and costs[stage]["bytes"] > 0
+    assert graphs_seen and not any(graphs_seen)
     assert tracker.cuda_graphs is True

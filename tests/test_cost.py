@@ -215,3 +215,22 @@ def test_gathers_count_what_they_pick_and_inplace_ops_read_and_write():
     picked = 3 * 1000 * FP32_BYTES
     assert result["gather"]["bytes"] == picked + rows.numel() * 8 + picked  # source part, indices, output
     assert result["inplace"]["bytes"] == 2 * source.numel() * FP32_BYTES
+
+
+def test_the_counted_pass_takes_queries_in_the_videos_pixels_like_the_timed_runs():
+    """A video shrunk on reading: queries stay in the source's pixels, the session maps them."""
+    import numpy as np
+
+    from engine.config import RunConfig
+    from engine.trackers.lk import LKTracker
+
+    cost.clear_cache()
+    frames = (np.random.default_rng(0).random((4, 64, 64, 3)) * 255).astype(np.uint8)
+    queries = np.array([[0, 100.0, 100.0]], np.float32)  # inside the 128 x 128 source, not the 64 x 64 frames
+    config = RunConfig(tracker="lk", device="cpu")
+    info = {"width": 128, "height": 128, "num_frames": 4}
+    costs = cost.count_session_cost(frames, queries, config, tracker=LKTracker(), video_info=info)
+    assert isinstance(costs, dict)  # the counted pass finished (it raised before video_info reached it)
+    cost.clear_cache()
+    with pytest.raises(Exception, match="outside"):
+        cost.count_session_cost(frames, queries, config, tracker=LKTracker())
