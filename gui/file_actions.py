@@ -57,7 +57,6 @@ class FileActions:
             self.show_message(exc.message, exc.suggestion)
             return False
         self.settings.add_recent(path)
-        self.settings.set_last_file(path)
         return True
 
     def open_video(self, path: str | Path, queries: np.ndarray | None = None) -> None:
@@ -101,6 +100,7 @@ class FileActions:
                            "fps": fps or (info or {}).get("fps")}
         self.current = None
         self.report = None
+        self.recorder = None  # the recorder belongs to self.report: an export must not rebuild an older run
         self.ground_truth = None
         self.view.set_video(self.frames, fps)
         self.charts.clear_runs()
@@ -138,6 +138,7 @@ class FileActions:
         if run is not None:
             self._set_current(run)
         self.report = report
+        self.recorder = None
         self._adopt_config(report.get("config") or {})
         self.charts.show_report(report)
         for r in reports:

@@ -27,12 +27,15 @@ from engine.errors import UserError
 from engine.session import BatchDone, Failed, Finished, Started
 from engine.trackio import grid_queries
 
+from .ab_view import ABView
 from .banner import MessageBanner
 from .charts import ChartsPanel
+from .diagnosis_panel import DiagnosisPanel
 from .file_actions import FileActions
 from .model import RunData
 from .run_panel import DEFAULT_GRID, RunPanel
 from .settings import Settings
+from .tradeoff_panel import TradeoffPanel
 from .video_view import VideoView
 from .worker import RunController
 
@@ -40,16 +43,6 @@ GT_QUERY_TOLERANCE_PX = 0.5  # ground truth fits the queries when it passes thro
 MAX_HISTORY = 50  # finished runs kept for A/B and trade-offs
 #: panel methods whose latest call replaces an earlier queued one (add_report, by contrast, accumulates)
 LAST_CALL_WINS = frozenset({"set_frames", "set_runs", "set_report"})
-
-
-def _optional_panel(module: str, cls: str) -> type | None:
-    """A panel class from the other helper's module, or None while it does not exist."""
-    import importlib
-
-    try:
-        return getattr(importlib.import_module(f"gui.{module}"), cls)
-    except (ImportError, AttributeError):
-        return None
 
 
 class MainWindow(FileActions, QMainWindow):
@@ -111,9 +104,9 @@ class MainWindow(FileActions, QMainWindow):
         self._exports: list = []  # background video exports in flight (kept alive until done)
         self.tabs.currentChanged.connect(lambda _: self.flush_panels(self.tabs.currentWidget()))
         self.tabs.addTab(self.view, "Video")
-        self.ab_view = self._add_panel("ab_view", "ABView", "A/B")
-        self.tradeoff = self._add_panel("tradeoff_panel", "TradeoffPanel", "Precision trade-offs")
-        self.diagnosis = self._add_panel("diagnosis_panel", "DiagnosisPanel", "Diagnosis")
+        self.ab_view = self._add_panel(ABView, "A/B")
+        self.tradeoff = self._add_panel(TradeoffPanel, "Precision trade-offs")
+        self.diagnosis = self._add_panel(DiagnosisPanel, "Diagnosis")
         central = QWidget()
         lay = QVBoxLayout(central)
         lay.setContentsMargins(4, 4, 4, 4)
@@ -123,10 +116,7 @@ class MainWindow(FileActions, QMainWindow):
         self.status_label = QLabel("No video")
         self.statusBar().addPermanentWidget(self.status_label)  # temporary messages use the left side
 
-    def _add_panel(self, module: str, cls: str, title: str) -> QWidget | None:
-        panel_cls = _optional_panel(module, cls)
-        if panel_cls is None:
-            return None
+    def _add_panel(self, panel_cls: type, title: str) -> QWidget | None:
         try:
             panel = panel_cls()
         except Exception as exc:  # a broken panel must not take the window down

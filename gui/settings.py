@@ -38,13 +38,6 @@ class Settings:
     def remove_recent(self, path: str) -> None:
         self.store.setValue("recent_files", [f for f in self.recent_files() if f != path])
 
-    def last_file(self) -> str | None:
-        value = self.store.value("last_file", "")
-        return str(value) if value else None
-
-    def set_last_file(self, path: str | Path) -> None:
-        self.store.setValue("last_file", str(path))
-
     # -- run configuration --------------------------------------------------------------------------
     def config(self, default: RunConfig | None = None) -> RunConfig:
         """The last toggles, or ``default`` when none are stored or they no longer validate."""

@@ -56,7 +56,6 @@ class SessionWorker(QObject):
         self._loop = loop
         self._in_flight = 0
         self._handled = threading.Condition()
-        self.runs_completed = 0
 
     # -- called from the GUI thread (thread-safe) ---------------------------------------------
     def stop(self) -> None:
@@ -137,7 +136,6 @@ class SessionWorker(QObject):
             elif isinstance(event, BatchDone):
                 self._emit(self.batch_done, event)
             elif isinstance(event, Finished):
-                self.runs_completed += 1
                 self._emit(self.finished_run, event)
                 return not event.cancelled
             elif isinstance(event, Failed):
@@ -254,6 +252,7 @@ class RunController(QObject):
             worker.stop()
         thread.quit()
         ok = thread.wait(wait_ms)
+        self._latest = None  # events it queued before stopping are dropped, not shown over the next video
         self._cleanup()
         return bool(ok)
 

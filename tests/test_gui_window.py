@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
 import pytest
 
 pytest.importorskip("pytestqt")
-from PySide6.QtCore import QSettings, QThread  # noqa: E402
+from PySide6.QtCore import QSettings  # noqa: E402
 
 from engine.config import RunConfig  # noqa: E402
 from engine.report import RunRecorder, report_tracks, save_report  # noqa: E402
@@ -82,10 +81,6 @@ def window(qtbot, settings):
     assert not w.controller.running
 
 
-def _worker_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name not in ("MainThread",) and t.is_alive()]
-
-
 def test_open_video_file_with_sidecar_queries(qtbot, settings, tmp_path):
     path = tmp_path / "clip.mp4"
     write_video(path, moving_square_video(6, 32), fps=12)
@@ -137,8 +132,7 @@ def test_full_run_streams_into_view(qtbot, window):
 
 
 def test_stop_during_run_keeps_results(qtbot, window):
-    window.toggles.set_config(RunConfig(tracker=SlowTracker.name.replace("slow_tracker", "slow_tracker"),
-                                        points_per_batch=2))
+    window.toggles.set_config(RunConfig(tracker=SlowTracker.name, points_per_batch=2))
     window.set_grid(4)
     with qtbot.waitSignal(window.controller.batch_done, timeout=RUN_TIMEOUT_MS):
         assert window.start_run()
@@ -148,7 +142,7 @@ def test_stop_during_run_keeps_results(qtbot, window):
     qtbot.waitUntil(lambda: not window.controller.running, timeout=5000)
     done = np.isfinite(window.current.tracks).all(axis=(1, 2))
     assert 0 < done.sum() < 16  # what was computed is still shown
-    assert not any(isinstance(t, QThread) for t in window.findChildren(QThread))
+    assert window.controller._thread is None and not window.controller._outlived  # the thread ended
 
 
 def test_close_during_run_stops_worker(qtbot, settings):
@@ -161,11 +155,12 @@ def test_close_during_run_stops_worker(qtbot, settings):
     with qtbot.waitSignal(w.controller.batch_done, timeout=RUN_TIMEOUT_MS):
         w.start_run()
     assert w.controller.running
+    thread = w.controller._thread
     t0 = time.perf_counter()
     w.close()
     assert time.perf_counter() - t0 < 2.0  # cancelled between batches, not after all 25
     assert not w.controller.running
-    assert not [name for name in _worker_threads() if "worker" in name.lower()]
+    assert thread.isFinished() and not w.controller._outlived  # the worker's QThread ended, none left over
 
 
 def test_toggle_applies_mid_run(qtbot, window):
@@ -297,3 +292,17 @@ def test_run_outliving_shutdown_wait_is_kept_until_it_ends_then_a_new_run_ignore
     qtbot.waitUntil(lambda: not ctl._outlived and not ctl.running, timeout=5000)
     assert len(finished) == 1 and finished[0].tracks.shape == (1, 4, 2)  # only the new run's Finished
     ctl.shutdown()
+
+
+def test_events_queued_before_a_new_video_do_not_reach_it(qtbot, settings):
+    """Opening a video mid-run stops the run; batches it had already queued stay out of the new video."""
+    w = MainWindow(settings=settings, sampler=None, config=RunConfig(tracker=SlowTracker.name, points_per_batch=1))
+    qtbot.addWidget(w)
+    w.set_video(moving_square_video(8, 48), fps=10.0)
+    w.start_run()
+    qtbot.waitUntil(lambda: w.batches_seen >= 2, timeout=RUN_TIMEOUT_MS)
+    time.sleep(0.3)  # the worker queues more batches that the GUI thread has not handled yet
+    w.set_video(moving_square_video(12, 64), fps=10.0)
+    qtbot.wait(200)
+    assert w.current is None and len(w.charts._batches) == 0
+    w.close()
