@@ -417,3 +417,33 @@ def test_counting_mode_runs_eagerly_so_the_cost_model_sees_every_op() -> None:
         assert costs[stage]["flops"] > 0 and costs[stage]["bytes"] > 0
     assert graphs_seen and not any(graphs_seen)
     assert tracker.cuda_graphs is True
+
+
+def test_only_a_failed_capture_turns_cuda_graphs_off(monkeypatch) -> None:
+    """A capture failure falls back to eager for good; any other CUDA error reaches the caller as it is."""
+    from engine.trackers.corrtrack import graphs
+
+    def broken_capture(fn, inputs, pool):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(graphs.torch.cuda, "graph_pool_handle", lambda: object())
+    monkeypatch.setattr(graphs, "GraphedStage", broken_capture)
+    cache = graphs.GraphCache()
+    with pytest.raises(graphs.GraphCaptureError, match="capturing stage 'refine' failed"):
+        cache.stage(("k",), "refine", lambda x: (x,), [torch.zeros(2)])
+
+    tracker = CorrTrackTracker(model=CorrTrackNet(TINY), cuda_graphs=True)
+    tracker._device = torch.device("cuda")  # as after a run on a GPU
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        tracker._with_fallback(lambda: (_ for _ in ()).throw(RuntimeError("an illegal memory access")))
+    assert tracker.graph_error == "" and tracker.describe()["cuda_graphs"] is True
+    attempts = []
+
+    def body() -> str:
+        attempts.append(tracker.graph_error)
+        if not tracker.graph_error:
+            cache.stage(("k",), "refine", lambda x: (x,), [torch.zeros(2)])
+        return "eager"
+
+    assert tracker._with_fallback(body) == "eager" and len(attempts) == 2
+    assert tracker.describe()["cuda_graphs"] is False and "capturing stage" in tracker.describe()["cuda_graphs_error"]

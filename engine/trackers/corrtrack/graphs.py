@@ -20,6 +20,11 @@ MAX_CACHED = 2  # keys with captured graphs kept alive (each holds its stages' m
 Tensors = tuple[torch.Tensor, ...]
 
 
+class GraphCaptureError(RuntimeError):
+    """Capturing a stage failed (its warm-up or the capture itself): the tracker falls back to eager.
+    Errors while replaying, and out-of-memory errors, are not this: they reach the caller as they are."""
+
+
 class GraphedStage:
     """A function of static input tensors, captured once and replayed."""
 
@@ -78,7 +83,12 @@ class GraphCache:
         if graphed is None:
             static = {o.data_ptr() for g in entry.values() for o in g.outputs}
             owned = [x if x.data_ptr() in static else x.clone() for x in inputs]
-            graphed = GraphedStage(fn, owned, self._pools[key])
+            try:
+                graphed = GraphedStage(fn, owned, self._pools[key])
+            except RuntimeError as exc:
+                if "out of memory" in str(exc).lower():
+                    raise
+                raise GraphCaptureError(f"capturing stage {name!r} failed: {exc}") from exc
             entry[name] = graphed
             return graphed.outputs
         return graphed(*inputs)

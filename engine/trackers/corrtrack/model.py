@@ -274,7 +274,7 @@ class CorrTrackNet(nn.Module):
         rel = (pos.detach() - queries[..., None, 1:]) / POSITION_SCALE  # [B, N, T, 2]
         motion = torch.cat([rel, dt.unsqueeze(-1), at_query.unsqueeze(-1), vis.detach().unsqueeze(-1),
                             acc.detach().unsqueeze(-1)], dim=-1).reshape(m, 6)
-        x = torch.cat([c.to(motion.dtype) for c in corr] + [motion], dim=1)
+        x = torch.cat(corr + [motion.to(corr[0].dtype)], dim=1)  # corr_in runs in the windows' dtype anyway
         hidden = hidden + self.corr_in(x).view(b * n, t, -1)
         for block in self.blocks:
             hidden = block(hidden)

@@ -26,7 +26,7 @@ import torch
 
 from ...stages import BUILTIN_STAGES
 from ..base import PreparedVideo, RunContext, Tracker, TrackResult
-from .graphs import GraphCache
+from .graphs import GraphCache, GraphCaptureError
 from .model import MODEL_SIZE, CorrTrackNet, count_parameters, visible_from_logits
 from .polish import PolishConfig, grey_frames, ncc_polish
 from .weights import DEFAULT_WEIGHTS, load_model
@@ -163,8 +163,7 @@ class CorrTrackTracker(Tracker):
             if self._compiled and not self.compile_error and _from_compiler(exc):
                 self.compile_error = _first_line(exc)
                 self._compiled.clear()
-            elif (isinstance(exc, RuntimeError) and self._device.type == "cuda" and self.cuda_graphs
-                  and not self.graph_error):
+            elif isinstance(exc, GraphCaptureError) and not self.graph_error:
                 self.graph_error = _first_line(exc)
             else:
                 raise
