@@ -1,11 +1,12 @@
 """Regenerate the bundled sample: resources/sample.mp4, sample.queries.csv, sample.gt.npz.
 
 Fixed seed; held-out ('val') textures, with photos when scikit-image is installed.
-Run from the repository root: ``python scripts/make_sample.py``.
+Run from the repository root: ``python scripts/make_sample.py [--out resources]``.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -22,8 +23,10 @@ SAMPLE_CONFIG = SynthConfig(num_frames=47, height=256, width=256, num_points=80,
 
 
 def main() -> int:
-    out = ROOT / "resources"
-    out.mkdir(exist_ok=True)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=ROOT / "resources", help="folder for sample.* (default: resources)")
+    out = p.parse_args().out
+    out.mkdir(parents=True, exist_ok=True)
     bank = TextureBank.build("cpu", size=512, photos=True, procedural=16, seed=BANK_SEED, split="val")
     data = generate_video(VIDEO_SEED, SAMPLE_CONFIG, bank)
     write_video_and_truth(out, "sample", data)

@@ -98,7 +98,7 @@ def _blur(frame: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
     """Separable Gaussian blur with a sigma per video and frame (0 = untouched). [B, 3, T, H, W]."""
     B, C, T, H, W = frame.shape
     r = torch.arange(-BLUR_RADIUS, BLUR_RADIUS + 1, device=frame.device, dtype=frame.dtype)
-    s = sigma.permute(0, 1).reshape(B, 1, T, 1).clamp(min=1e-3)
+    s = sigma.reshape(B, 1, T, 1).clamp(min=1e-3)
     k = torch.exp(-0.5 * (r / s) ** 2)
     k = (k / k.sum(-1, keepdim=True)).expand(B, C, T, r.numel()).reshape(B * C * T, 1, -1)
     x = frame.reshape(1, B * C * T, H, W)

@@ -39,8 +39,8 @@ class Scene:
 
     local_from_image: torch.Tensor  # float32 [B, L, T, 3, 3]
     image_from_local: torch.Tensor  # float32 [B, L, T, 3, 3]
-    tex_from_local: torch.Tensor  # float32 [B, L, 3, 3] (identity for the background)
-    texel_from_image: torch.Tensor  # float32 [B, L, T, 3, 3] = tex_from_local @ local_from_image
+    texel_from_image: torch.Tensor  # float32 [B, L, T, 3, 3]: texture-from-local (identity for the background)
+    #                                 @ local_from_image
     tex_index: torch.Tensor  # long [B, L]
     active: torch.Tensor  # bool [B, L]; the background is always active
     size_px: torch.Tensor  # float32 [B, L, T] smaller sprite radius in pixels (edge softness)
@@ -184,7 +184,7 @@ def sample_scene(batch_size: int, cfg: SynthConfig, num_textures: int, tex_size:
 
     f32 = torch.float32
     return Scene(
-        local_from_image=local.to(f32), image_from_local=inverse.to(f32), tex_from_local=tex.to(f32),
+        local_from_image=local.to(f32), image_from_local=inverse.to(f32),
         texel_from_image=(tex[:, :, None] @ local).to(f32),
         tex_index=torch.randint(0, num_textures, (B, L), generator=gen, device=dev),
         active=active, size_px=size_px.to(f32), shape_kind=kind,
