@@ -340,6 +340,8 @@ class MainWindow(FileActions, QMainWindow):
         self.run_label.setText(f"{state} in {event.wall_ms:.0f} ms")
         if run is None:
             return
+        snapshot = None if event.cancelled else RunData(run.label, dict(run.config), run.queries, run.tracks.copy(),
+                                                          run.visible.copy(), report, self.video_path)
         if report is not None:
             run.report = report
             self.report = report
@@ -348,10 +350,10 @@ class MainWindow(FileActions, QMainWindow):
             self.charts.set_cost(report.get("cost"))
             if not event.cancelled and (not self.controller.loop or not self.history
                                         or self.history[-1].label != run.label):
-                self._panel_call(self.tradeoff, "add_report", report)
-        if not event.cancelled:
-            snapshot = RunData(run.label, dict(run.config), run.queries, run.tracks.copy(), run.visible.copy(),
-                               report, self.video_path)
+                # the report leaves the tracks out (kept small): px vs fp32 needs the run's own
+                self._panel_call(self.tradeoff, "add_report", report, *(
+                    (snapshot.tracks, snapshot.visible) if snapshot is not None else ()))
+        if snapshot is not None:
             self._add_history(snapshot)
         self.run_finished.emit(run)
 

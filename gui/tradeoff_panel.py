@@ -94,6 +94,14 @@ class TradeoffRow:
     speedup: float | None = None
     baseline: TradeoffRow | None = field(default=None, repr=False)
     num_runs: int = 0
+    arrays: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)  # a live run's tracks
+
+    def tracks(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(tracks [N, T, 2], visible [N, T]): the live run's, else the report's, else None."""
+        if self.arrays is not None:
+            return self.arrays
+        found = report_tracks(self.report)
+        return None if found is None else (found[1], found[2])
 
     @property
     def label(self) -> str:
@@ -234,12 +242,16 @@ class TradeoffPanel(QWidget):
         self._refresh()
 
     # -- inputs ------------------------------------------------------------------------------
-    def add_report(self, report: dict[str, Any]) -> TradeoffRow:
-        """Add a run report; replaces the row of the same configuration. ReportError if it is not one."""
+    def add_report(self, report: dict[str, Any], tracks: np.ndarray | None = None,
+                   visible: np.ndarray | None = None) -> TradeoffRow:
+        """Add a run report; replaces the row of the same configuration. ReportError if it is not one.
+        tracks/visible: the run's results, for a report built without them (the app's live runs)."""
         if not isinstance(report, dict):
             raise ReportError(f"not a run report: a {type(report).__name__}, not a JSON object")
         report = validate_report(dict(report), f"report {report.get('label') or '(unlabelled)'}")
         row = row_from_report(report)
+        if tracks is not None and visible is not None:
+            row.arrays = (tracks, visible)
         self.rows[row.key] = row
         self._refresh()
         return row
@@ -283,10 +295,10 @@ class TradeoffPanel(QWidget):
             if base is row:
                 row.px_vs_fp32, row.px_source = 0.0, "baseline"
                 continue
-            mine, theirs = report_tracks(row.report), report_tracks(base.report)
-            if mine is None or theirs is None or mine[1].shape != theirs[1].shape:
+            mine, theirs = row.tracks(), base.tracks()
+            if mine is None or theirs is None or mine[0].shape != theirs[0].shape:
                 continue
-            div = divergence(mine[1], mine[2], theirs[1], theirs[2])
+            div = divergence(mine[0], mine[1], theirs[0], theirs[1])
             if np.isfinite(div.mean_px):
                 row.px_vs_fp32, row.px_source = float(div.mean_px), "tracks"
 

@@ -306,3 +306,16 @@ def test_events_queued_before_a_new_video_do_not_reach_it(qtbot, settings):
     qtbot.wait(200)
     assert w.current is None and len(w.charts._batches) == 0
     w.close()
+
+
+def test_live_runs_get_their_distance_from_fp32_in_the_tradeoff_table(qtbot, window):
+    """The app's reports leave tracks out; the table compares the runs' own tracks instead."""
+    for precision in ("fp32", "tf32"):
+        window.toggles.set_config(RunConfig(tracker="lk", precision=precision, points_per_batch=4))
+        with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
+            window.start_run()
+        qtbot.waitUntil(lambda: not window.controller.running, timeout=5000)
+    window.flush_panels()
+    rows = {row.precision: row for row in window.tradeoff.rows.values()}
+    assert rows["fp32"].px_source == "baseline"
+    assert rows["tf32"].px_source == "tracks" and rows["tf32"].px_vs_fp32 == pytest.approx(0.0, abs=1e-6)
