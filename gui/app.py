@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from engine.errors import UserError
+from engine.core.errors import UserError
 
 SAMPLE_NAME = "sample.mp4"
 #: Qt platforms that draw without a display server (QT_QPA_PLATFORM=offscreen for screenshots and tests)
@@ -19,20 +19,10 @@ NO_DISPLAY_HINT = ("open it in a desktop session or under xvfb-run (xvfb-run tra
                    "or headless with QT_QPA_PLATFORM=offscreen and --screenshot")
 
 
-def resources_dir() -> Path:
-    """The bundled resources folder (installed package or source tree)."""
-    try:
-        import resources
-
-        if getattr(resources, "__file__", None):
-            return Path(resources.__file__).resolve().parent
-        return Path(next(iter(resources.__path__))).resolve()
-    except (ImportError, StopIteration):
-        return Path(__file__).resolve().parent.parent / "resources"
-
-
 def sample_video_path() -> Path | None:
     """The bundled sample video, or None when it is not installed."""
+    from engine.core.paths import resources_dir
+
     path = resources_dir() / SAMPLE_NAME
     return path if path.is_file() else None
 
@@ -76,9 +66,8 @@ def display_problem(env: Mapping[str, str] | None = None, platform: str = sys.pl
 
 def _config_from_args(args: argparse.Namespace):
     """The stored toggles with any given on the command line applied (UserError when invalid)."""
-    from engine.config import RunConfig
-
-    from .settings import Settings
+    from engine.core.config import RunConfig
+    from gui.settings import Settings
 
     changes = {k: getattr(args, k) for k in ("tracker", "device", "precision", "points_per_batch",
                                             "frames_per_batch") if getattr(args, k, None) is not None}
@@ -120,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
-    from .main_window import MainWindow
+    from gui.main_window import MainWindow
 
     if args.path is not None and not Path(args.path).exists():
         raise UserError(f"{args.path}: no such file or folder")
@@ -151,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     window.show()
 
     if args.screenshot:
-        from .export import export_png
+        from gui.export import export_png
 
         def shoot() -> None:
             export_png(args.screenshot, window)

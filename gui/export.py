@@ -11,13 +11,12 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QWidget
 
-from engine.errors import UserError
-from engine.report import save_report
-from engine.trackio import save_tracks
-from engine.video import write_video
-
-from .model import RunData
-from .video_view import DEFAULT_TRAIL, PALETTE
+from engine.core.errors import UserError
+from engine.io.trackio import save_tracks
+from engine.io.video import write_video
+from engine.report.recorder import save_report
+from gui.model import RunData
+from gui.video_view import DEFAULT_TRAIL, PALETTE
 
 POINT_RADIUS = 3
 TRAIL_THICKNESS = 1

@@ -22,22 +22,21 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.config import RunConfig
-from engine.errors import UserError
-from engine.session import BatchDone, Failed, Finished, Started
-from engine.trackio import grid_queries
-
-from .ab_view import ABView
-from .banner import MessageBanner
-from .charts import ChartsPanel
-from .diagnosis_panel import DiagnosisPanel
-from .file_actions import FileActions
-from .model import RunData
-from .run_panel import DEFAULT_GRID, RunPanel
-from .settings import Settings
-from .tradeoff_panel import TradeoffPanel
-from .video_view import VideoView
-from .worker import RunController
+from engine.core.config import RunConfig
+from engine.core.errors import UserError
+from engine.io.trackio import grid_queries
+from engine.run.session import BatchDone, Failed, Finished, Started
+from gui.ab_view import ABView
+from gui.banner import MessageBanner
+from gui.charts import ChartsPanel
+from gui.diagnosis_panel import DiagnosisPanel
+from gui.file_actions import FileActions
+from gui.model import RunData
+from gui.run_panel import DEFAULT_GRID, RunPanel
+from gui.settings import Settings
+from gui.tradeoff_panel import TradeoffPanel
+from gui.video_view import VideoView
+from gui.worker import RunController
 
 GT_QUERY_TOLERANCE_PX = 0.5  # ground truth fits the queries when it passes through them
 MAX_HISTORY = 50  # finished runs kept for A/B and trade-offs
@@ -192,7 +191,7 @@ class MainWindow(FileActions, QMainWindow):
 
     def _make_sampler(self) -> Any:
         try:
-            from engine.telemetry import TelemetrySampler
+            from engine.telemetry.sampler import TelemetrySampler
 
             sampler = TelemetrySampler()
             sampler.start()

@@ -61,7 +61,7 @@ class RunData:
     @classmethod
     def from_report(cls, report: dict[str, Any]) -> RunData | None:
         """Build from a run report holding tracks; None when the report has none."""
-        from engine.report import report_tracks
+        from engine.report.recorder import report_tracks
 
         got = report_tracks(report)
         if got is None:

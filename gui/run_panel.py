@@ -15,9 +15,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.config import RunConfig
-
-from .toggles import TogglesPanel
+from engine.core.config import RunConfig
+from gui.toggles import TogglesPanel
 
 DEFAULT_GRID = 8
 MAX_GRID = 100

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings
 
-from engine.config import RunConfig
+from engine.core.config import RunConfig
 
 ORGANIZATION = "trackscope"
 APPLICATION = "trackscope"

@@ -15,8 +15,8 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QSpinBox, QWidget
 
-from engine.config import PRECISIONS, RunConfig
-from engine.precision import gate
+from engine.core.config import PRECISIONS, RunConfig
+from engine.core.precision import gate
 from engine.trackers import available_trackers
 
 MAX_POINTS_PER_BATCH = 65536

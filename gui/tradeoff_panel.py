@@ -28,9 +28,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.errors import ReportError
-from engine.metrics import divergence
-from engine.report import load_reports, report_tracks, validate_report
+from engine.analysis.metrics import divergence
+from engine.core.errors import ReportError
+from engine.report.recorder import load_reports, report_tracks, validate_report
 
 BASELINE_PRECISION = "fp32"
 UNTRAINED_MARK = " (untrained)"

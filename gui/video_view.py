@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .transport import Transport
+from gui.transport import Transport
 
 #: colours per track, cycled (a qualitative palette that reads on video)
 PALETTE = [

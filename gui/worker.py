@@ -14,8 +14,8 @@ from typing import Any, Callable
 import numpy as np
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from engine.config import RunConfig
-from engine.session import BatchDone, Failed, Finished, Session, Started
+from engine.core.config import RunConfig
+from engine.run.session import BatchDone, Failed, Finished, Session, Started
 from engine.trackers import TrackerCache
 
 #: how long closing the window waits for the worker thread to end, ms
@@ -124,7 +124,7 @@ class SessionWorker(QObject):
         self._emit(self.report_ready, (report, recorder))
 
     def _drive(self, session: Session) -> bool:
-        from engine.report import RunRecorder
+        from engine.report.recorder import RunRecorder
 
         recorder = RunRecorder()
         for event in session.events():

@@ -21,8 +21,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.precision import precision_context  # noqa: E402
-from engine.stages import StageTimer  # noqa: E402
+from engine.core.precision import precision_context  # noqa: E402
+from engine.core.stages import StageTimer  # noqa: E402
 from engine.trackers.base import RunContext  # noqa: E402
 from engine.trackers.corrtrack import CorrTrackTracker  # noqa: E402
 
@@ -37,7 +37,7 @@ def _sync(device: torch.device) -> None:
 
 def make_video(device: torch.device, frames: int, queries: int) -> tuple[np.ndarray, np.ndarray]:
     """A synthetic val-split video [T, 256, 256, 3] and ``queries`` queries on frame 0 and later frames."""
-    from engine.synthetic import SynthConfig, TextureBank, generate_batch
+    from engine.training.synthetic import SynthConfig, TextureBank, generate_batch
 
     textures = TextureBank.build(device, size=512, photos=True, procedural=8, seed=1, split="val")
     gen = torch.Generator(device=device)
@@ -78,8 +78,8 @@ def time_config(tracker: CorrTrackTracker, frames: np.ndarray, queries: np.ndarr
 
 def accuracy(tracker: CorrTrackTracker, device: torch.device, precisions: tuple[str, ...], videos: int) -> dict:
     """AJ / delta_avg / OA per precision on the training validation set (24 frames, 128 points)."""
-    from engine.metrics import mean_scores, tapvid_metrics
-    from engine.trackers.corrtrack.train import VAL_BATCH, make_val_set
+    from engine.analysis.metrics import mean_scores, tapvid_metrics
+    from engine.training.corrtrack import VAL_BATCH, make_val_set
 
     batches = make_val_set(device, videos, 24, 128, VAL_BATCH)
     out = {}

@@ -13,8 +13,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.synthetic import SynthConfig, TextureBank, generate_video  # noqa: E402
-from engine.synthetic.evalset import write_video_and_truth  # noqa: E402
+from engine.training.synthetic import SynthConfig, TextureBank, generate_video  # noqa: E402
+from engine.training.synthetic.evalset import write_video_and_truth  # noqa: E402
 
 VIDEO_SEED = 44  # picked by eye: photo background, sprites crossing, some leaving the frame
 BANK_SEED = 47

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-from engine.telemetry import METRICS, TelemetrySampler, decode_clock_reasons  # noqa: E402
+from engine.telemetry.sampler import METRICS, TelemetrySampler, decode_clock_reasons  # noqa: E402
 
 COPY_BYTES = 2 * 1024**3  # per tensor
 MATMUL_N = 8192

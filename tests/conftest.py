@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from engine.telemetry import THREAD_NAME as SAMPLER_THREAD
+from engine.telemetry.sampler import THREAD_NAME as SAMPLER_THREAD
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 

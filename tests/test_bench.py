@@ -9,11 +9,11 @@ import cv2
 import numpy as np
 import pytest
 
-from engine.bench import Bench, BenchInput, format_table
 from engine.cli import main
-from engine.config import RunConfig
-from engine.report import load_report, load_reports
-from engine.trackio import write_queries_csv
+from engine.core.config import RunConfig
+from engine.io.trackio import write_queries_csv
+from engine.report.recorder import load_report, load_reports
+from engine.workflows.bench import Bench, BenchInput, format_table
 from tests.helpers import moving_square_video
 
 FRAMES, SIZE, STEP = 8, 32, 1

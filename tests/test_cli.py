@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from engine import cli
-from engine.commands.common import SAMPLE_VIDEO
-from engine.trackio import load_tracks
+from engine.cli.common import SAMPLE_VIDEO
+from engine.io.trackio import load_tracks
 
 
 @pytest.fixture

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from engine import cli
-from engine.compare import FLAG_MIN_EXCESS_SHARE, FLAG_RATIO, compare_reports, format_compare
-from engine.cost import cost_section
-from engine.errors import UserError
-from engine.report import save_report, validate_report
-from engine.whatif import format_projection, project
+from engine.analysis.compare import FLAG_MIN_EXCESS_SHARE, FLAG_RATIO, compare_reports, format_compare
+from engine.analysis.cost import cost_section
+from engine.analysis.whatif import format_projection, project
+from engine.core.errors import UserError
+from engine.report.recorder import save_report, validate_report
 
 A100 = {"gpu": {"name": "NVIDIA A100-SXM4-80GB", "compute_capability": [8, 0]}}
 T4 = {"gpu": {"name": "Tesla T4", "compute_capability": [7, 5]}}

@@ -10,12 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.config import RunConfig
-from engine.errors import TrackerError
-from engine.session import Failed, Finished, Session
-from engine.stages import BUILTIN_STAGES
+from engine.core.config import RunConfig
+from engine.core.errors import TrackerError
+from engine.core.stages import BUILTIN_STAGES
+from engine.run.session import Failed, Finished, Session
 from engine.trackers.corrtrack import CorrTrackNet, CorrTrackTracker
-from engine.trackers.corrtrack.losses import match_loss, track_losses
 from engine.trackers.corrtrack.model import CorrTrackConfig, local_windows, sample_points
 from engine.trackers.corrtrack.polish import (
     PolishConfig,
@@ -27,6 +26,7 @@ from engine.trackers.corrtrack.polish import (
 )
 from engine.trackers.corrtrack.tracker import COMPILE_ENV, POLISH_ENV, from_model_xy, to_model_xy
 from engine.trackers.corrtrack.weights import DEFAULT_WEIGHTS, load_model, manifest_path, save_model, sha256_file
+from engine.training.losses import match_loss, track_losses
 
 MAX_WEIGHTS_BYTES = 20 * 2**20
 TINY = CorrTrackConfig(feature_dim=8, widths=(8, 8, 8), hidden_dim=16, mixer_dilations=(1, 2), num_iters=2)
@@ -281,7 +281,7 @@ def test_a_failing_compile_falls_back_to_the_plain_code_and_says_why() -> None:
 
 
 def test_grey_frames_are_kept_only_for_the_polish() -> None:
-    from engine.stages import StageTimer
+    from engine.core.stages import StageTimer
     from engine.trackers.base import RunContext
 
     frames = _shifting_texture(3, 1.0)
@@ -394,8 +394,8 @@ def test_training_step_lowers_the_loss() -> None:
 
 def test_counting_mode_runs_eagerly_so_the_cost_model_sees_every_op() -> None:
     """CUDA graph replays bypass torch's dispatcher: the counted pass must run without them."""
-    from engine.config import RunConfig
-    from engine.cost import clear_cache, count_session_cost
+    from engine.analysis.cost import clear_cache, count_session_cost
+    from engine.core.config import RunConfig
 
     tracker = CorrTrackTracker(model=CorrTrackNet(TINY), cuda_graphs=True)
     with tracker.counting_mode():

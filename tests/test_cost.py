@@ -8,11 +8,11 @@ import threading
 import pytest
 import torch
 
-from engine import cost
-from engine.cost import LATENCY_FRACTION, UNSTAGED, CostCounter, cost_section, count_cost, roofline
-from engine.environment import capture_environment
-from engine.precision import precision_context
-from engine.stages import StageTimer
+from engine.analysis import cost
+from engine.analysis.cost import LATENCY_FRACTION, UNSTAGED, CostCounter, cost_section, count_cost, roofline
+from engine.core.precision import precision_context
+from engine.core.stages import StageTimer
+from engine.telemetry.environment import capture_environment
 
 # hand counts: a conv is 2 x N x Cout x Hout x Wout x Cin x k x k; a matmul [m, k] @ [k, n] is 2 m k n
 CONV_N, CONV_CIN, CONV_COUT, CONV_HW, CONV_K = 2, 3, 8, 16, 3
@@ -191,7 +191,7 @@ def test_cost_section_on_cpu_uses_the_cpu_pseudo_spec():
 
 
 def test_card_not_in_the_table_gets_its_bandwidth_estimated_from_the_recorded_nvml_facts(monkeypatch):
-    import engine.environment as environment
+    import engine.telemetry.environment as environment
 
     monkeypatch.setattr(environment, "gpu_info", lambda device: {
         "name": "Mystery GPU", "compute_capability": [8, 0], "memory_total_bytes": 80e9,
@@ -221,7 +221,7 @@ def test_the_counted_pass_takes_queries_in_the_videos_pixels_like_the_timed_runs
     """A video shrunk on reading: queries stay in the source's pixels, the session maps them."""
     import numpy as np
 
-    from engine.config import RunConfig
+    from engine.core.config import RunConfig
     from engine.trackers.lk import LKTracker
 
     cost.clear_cache()

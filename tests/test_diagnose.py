@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from engine import diagnose as dg
-from engine.bench import Bench, BenchInput
+from engine.analysis import rules as dg
 from engine.cli import main
-from engine.config import RunConfig
-from engine.report import save_report
+from engine.core.config import RunConfig
+from engine.report.recorder import save_report
+from engine.workflows.bench import Bench, BenchInput
 from tests.helpers import moving_square_video
 
 H200 = {"name": "NVIDIA H200", "compute_capability": [9, 0], "memory_total_bytes": 150_000_000_000}

@@ -9,12 +9,12 @@ import cv2
 import numpy as np
 import pytest
 
-from engine.config import RunConfig
-from engine.errors import UserError
-from engine.evaluate import evaluate_set, find_set, format_table
+from engine.core.config import RunConfig
+from engine.core.errors import UserError
+from engine.io.trackio import write_queries_csv
+from engine.io.video import write_video
 from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult
-from engine.trackio import write_queries_csv
-from engine.video import write_video
+from engine.workflows.evaluate import evaluate_set, find_set, format_table
 
 SIZE = 96
 FRAMES = 8

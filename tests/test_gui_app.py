@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.config import RunConfig
-from engine.report import RunRecorder, save_report
-from engine.session import Session
-from engine.video import write_video
+from engine.core.config import RunConfig
+from engine.io.video import write_video
+from engine.report.recorder import RunRecorder, save_report
+from engine.run.session import Session
 from tests.helpers import moving_square_video
 
 ROOT = Path(__file__).resolve().parent.parent

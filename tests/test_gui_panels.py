@@ -10,13 +10,13 @@ import pytest
 pytest.importorskip("pytestqt")
 from PySide6.QtCore import QPointF, Qt, QTimer  # noqa: E402
 
-from engine.config import RunConfig  # noqa: E402
-from engine.diagnose import diagnose  # noqa: E402
-from engine.errors import ReportError  # noqa: E402
-from engine.metrics import divergence, tapvid_metrics  # noqa: E402
-from engine.report import RunRecorder, save_report  # noqa: E402
-from engine.session import Finished, Session  # noqa: E402
-from engine.whatif import project  # noqa: E402
+from engine.analysis.metrics import divergence, tapvid_metrics  # noqa: E402
+from engine.analysis.rules import diagnose  # noqa: E402
+from engine.analysis.whatif import project  # noqa: E402
+from engine.core.config import RunConfig  # noqa: E402
+from engine.core.errors import ReportError  # noqa: E402
+from engine.report.recorder import RunRecorder, save_report  # noqa: E402
+from engine.run.session import Finished, Session  # noqa: E402
 from gui.ab_view import ABView  # noqa: E402
 from gui.diagnosis_panel import NO_COST, NO_FINDINGS, DiagnosisPanel  # noqa: E402
 from gui.model import RunData  # noqa: E402

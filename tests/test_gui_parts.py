@@ -19,10 +19,10 @@ from PySide6.QtCore import (  # noqa: E402
 )
 from PySide6.QtGui import QDropEvent  # noqa: E402
 
-from engine.config import RunConfig  # noqa: E402
-from engine.report import load_report  # noqa: E402
-from engine.trackio import load_tracks  # noqa: E402
-from engine.video import open_video, write_video  # noqa: E402
+from engine.core.config import RunConfig  # noqa: E402
+from engine.io.trackio import load_tracks  # noqa: E402
+from engine.io.video import open_video, write_video  # noqa: E402
+from engine.report.recorder import load_report  # noqa: E402
 from gui import export  # noqa: E402
 from gui.charts import POLL_HZ, ChartsPanel  # noqa: E402
 from gui.main_window import MainWindow  # noqa: E402
@@ -113,7 +113,7 @@ def test_toggles_gate_precisions_on_cpu(qtbot):
 
 def test_charts_label_cpu_only_plainly(qtbot, monkeypatch):
     monkeypatch.setenv("TRACKSCOPE_NO_NVML", "1")
-    from engine.telemetry import TelemetrySampler
+    from engine.telemetry.sampler import TelemetrySampler
 
     charts = ChartsPanel()
     qtbot.addWidget(charts)
@@ -350,7 +350,7 @@ def test_charts_breakdown_names_stages_and_replay_clips_cold_run(qtbot):
 
 def test_queries_csv_lands_on_shrunk_frames(qtbot, settings, tmp_path):
     """A video decoded smaller than its own size (over the reader's max side): CSV queries follow."""
-    from engine.trackio import write_queries_csv
+    from engine.io.trackio import write_queries_csv
 
     w = MainWindow(settings=settings, sampler=None)
     qtbot.addWidget(w)

@@ -10,11 +10,11 @@ import pytest
 pytest.importorskip("pytestqt")
 from PySide6.QtCore import QSettings  # noqa: E402
 
-from engine.config import RunConfig  # noqa: E402
-from engine.report import RunRecorder, report_tracks, save_report  # noqa: E402
-from engine.session import BatchDone, Session  # noqa: E402
+from engine.core.config import RunConfig  # noqa: E402
+from engine.io.video import write_video  # noqa: E402
+from engine.report.recorder import RunRecorder, report_tracks, save_report  # noqa: E402
+from engine.run.session import BatchDone, Session  # noqa: E402
 from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult  # noqa: E402
-from engine.video import write_video  # noqa: E402
 from gui.main_window import MainWindow  # noqa: E402
 from gui.settings import Settings  # noqa: E402
 from tests.helpers import moving_square_video  # noqa: E402

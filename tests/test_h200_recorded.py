@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.diagnose import diagnose, diagnose_many
-from engine.metrics import tapvid_metrics
-from engine.report import load_report
-from engine.telemetry import decode_clock_reasons
+from engine.analysis.metrics import tapvid_metrics
+from engine.analysis.rules import diagnose, diagnose_many
+from engine.report.recorder import load_report
+from engine.telemetry.sampler import decode_clock_reasons
 
 DATA = Path(__file__).parent / "data" / "h200"
 PLANTED = DATA / "planted"

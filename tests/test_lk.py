@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from engine.config import RunConfig
-from engine.session import Finished, Session
-from engine.stages import StageTimer
+from engine.core.config import RunConfig
+from engine.core.stages import StageTimer
+from engine.run.session import Finished, Session
 from engine.trackers import load_tracker
 from engine.trackers.base import RunContext
 from engine.trackers.lk import STAGES, LKTracker

@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from engine.config import RunConfig
-from engine.errors import TrackerError
-from engine.session import BatchDone, Failed, Finished, Session
+from engine.core.config import RunConfig
+from engine.core.errors import TrackerError
+from engine.run.session import BatchDone, Failed, Finished, Session
 from engine.trackers import load_tracker
 from engine.trackers.plugin import PluginTracker, wrap_plugin
 from tests.helpers import ConstantVelocityTracker, moving_square_video

@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.config import RunConfig
-from engine.cost import count_session_cost
-from engine.errors import ReportError
-from engine.report import (
+from engine.analysis.cost import count_session_cost
+from engine.core.config import RunConfig
+from engine.core.errors import ReportError
+from engine.report.recorder import (
     REPORT_VERSION,
     RunRecorder,
     load_report,
@@ -21,7 +21,7 @@ from engine.report import (
     save_report,
     validate_report,
 )
-from engine.session import Session
+from engine.run.session import Session
 from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult
 
 TINY_CHANNELS = 8

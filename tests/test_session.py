@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.config import RunConfig
-from engine.session import BatchDone, Failed, Finished, Session, Started
+from engine.core.config import RunConfig
+from engine.run.session import BatchDone, Failed, Finished, Session, Started
 from tests.helpers import ConstantVelocityTracker, moving_square_video
 
 

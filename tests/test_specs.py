@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine import specs
-from engine.errors import UserError
+from engine.core.errors import UserError
+from engine.telemetry import specs
 
 H200_LOADS = Path(__file__).parent / "data" / "h200" / "telemetry_loads.json"
 

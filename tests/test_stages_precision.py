@@ -7,9 +7,9 @@ import time
 import pytest
 import torch
 
-from engine.errors import UserError
-from engine.precision import gate, precision_context
-from engine.stages import StageTimer
+from engine.core.errors import UserError
+from engine.core.precision import gate, precision_context
+from engine.core.stages import StageTimer
 
 
 def test_cpu_stage_times_accumulate_and_reset():

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from engine.cli import main as cli_main
-from engine.synthetic import (
+from engine.io.trackio import load_ground_truth, read_queries_csv
+from engine.training.synthetic import (
     SynthConfig,
     TextureBank,
     generate_batch,
@@ -18,9 +19,8 @@ from engine.synthetic import (
     photometric_agreement,
     write_eval_set,
 )
-from engine.synthetic.render import carry_points, render, sample_queries
-from engine.synthetic.scene import sample_scene
-from engine.trackio import load_ground_truth, read_queries_csv
+from engine.training.synthetic.render import carry_points, render, sample_queries
+from engine.training.synthetic.scene import sample_scene
 
 SMALL = SynthConfig(num_frames=8, height=48, width=64, num_points=48)  # not square: catches x/y swaps
 EXACT = SynthConfig(num_frames=8, height=48, width=64, num_points=64, photometric=False, num_sprites=(2, 4))
@@ -211,8 +211,8 @@ SQUARE = SynthConfig(num_frames=8, height=48, width=48, num_points=64, photometr
 
 
 def test_batch_views_keep_ground_truth_exact(bank):
-    from engine.synthetic.config import SynthBatch
-    from engine.synthetic.views import ALL_VIEWS, FLIP_X, REVERSE, batch_view
+    from engine.training.synthetic.config import SynthBatch
+    from engine.training.synthetic.views import ALL_VIEWS, FLIP_X, REVERSE, batch_view
 
     b = generate_batch(2, SQUARE, bank, _gen(11), "cpu")
     base = _agreement(b.video, b.tracks, b.visible, b.queries)
@@ -234,7 +234,7 @@ def test_batch_views_keep_ground_truth_exact(bank):
 
 
 def test_transpose_view_needs_square_frames(bank):
-    from engine.synthetic.views import TRANSPOSE, batch_view
+    from engine.training.synthetic.views import TRANSPOSE, batch_view
 
     b = generate_batch(1, SMALL, bank, _gen(1), "cpu")
     batch_view(b, 1)

@@ -12,8 +12,8 @@ import numpy as np
 import pynvml
 import pytest
 
-from engine import nvml as nvml_reader
-from engine.telemetry import METRICS, THREAD_NAME, TelemetrySampler, decode_clock_reasons
+from engine.telemetry import nvml as nvml_reader
+from engine.telemetry.sampler import METRICS, THREAD_NAME, TelemetrySampler, decode_clock_reasons
 
 H200_PEAK_GBPS = 4800.0
 KIB = 1024.0

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.errors import QueryError, UserError
-from engine.trackio import (
+from engine.core.errors import QueryError, UserError
+from engine.io.trackio import (
     grid_queries,
     load_ground_truth,
     load_tracks,

@@ -10,9 +10,9 @@ import cv2
 import numpy as np
 import pytest
 
-from engine import video
-from engine.errors import VideoError
-from engine.video import load_video, open_video, resize_frames, write_images, write_video
+from engine.core.errors import VideoError
+from engine.io import video
+from engine.io.video import load_video, open_video, resize_frames, write_images, write_video
 
 NUM_FRAMES = 12
 WIDTH, HEIGHT = 64, 48

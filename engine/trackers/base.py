@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..stages import StageTimer
+from engine.core.stages import StageTimer
 
 
 @dataclass

@@ -22,7 +22,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from .base import PreparedVideo, RunContext, Tracker, TrackResult
+from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult
 
 #: LK search window (pixels, square) at each pyramid level
 DEFAULT_WINDOW = 21

@@ -20,9 +20,9 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..errors import TrackerError
-from ..stages import StageTimer
-from .base import PreparedVideo, RunContext, Tracker, TrackResult
+from engine.core.errors import TrackerError
+from engine.core.stages import StageTimer
+from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult
 
 UPLOAD_STAGE = "upload"
 DOWNLOAD_STAGE = "download"

@@ -9,26 +9,26 @@ import threading
 from importlib import metadata
 from typing import Callable
 
-from ..errors import TrackerError
-from .base import Tracker
+from engine.core.errors import TrackerError
+from engine.trackers.base import Tracker
 
 ENTRY_POINT_GROUP = "trackscope.trackers"
 
 
 def _builtin() -> dict[str, Callable[[], Tracker]]:
     def lk() -> Tracker:
-        from .lk import LKTracker
+        from engine.trackers.lk import LKTracker
 
         return LKTracker()
 
     def corrtrack() -> Tracker:
-        from .corrtrack import CorrTrackTracker
+        from engine.trackers.corrtrack import CorrTrackTracker
 
         return CorrTrackTracker()
 
     def corrtrack_nopolish() -> Tracker:
         """CorrTrack without its NCC sub-pixel polish: faster, less precise (an A/B and bench pairing)."""
-        from .corrtrack import CorrTrackTracker
+        from engine.trackers.corrtrack import CorrTrackTracker
 
         tracker = CorrTrackTracker(polish=False)
         tracker.name = "corrtrack-nopolish"
@@ -76,7 +76,7 @@ def load_tracker(name: str) -> Tracker:
         except Exception as exc:
             raise TrackerError(
                 f"plugin tracker {name!r}: entry point failed to load: {type(exc).__name__}: {exc}") from exc
-    from .plugin import wrap_plugin
+    from engine.trackers.plugin import wrap_plugin
 
     return wrap_plugin(name, factory)
 

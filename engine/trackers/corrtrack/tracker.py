@@ -24,12 +24,12 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ...stages import BUILTIN_STAGES
-from ..base import PreparedVideo, RunContext, Tracker, TrackResult
-from .graphs import GraphCache, GraphCaptureError
-from .model import MODEL_SIZE, CorrTrackNet, count_parameters, visible_from_logits
-from .polish import PolishConfig, grey_frames, ncc_polish
-from .weights import DEFAULT_WEIGHTS, load_model
+from engine.core.stages import BUILTIN_STAGES
+from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult
+from engine.trackers.corrtrack.graphs import GraphCache, GraphCaptureError
+from engine.trackers.corrtrack.model import MODEL_SIZE, CorrTrackNet, count_parameters, visible_from_logits
+from engine.trackers.corrtrack.polish import PolishConfig, grey_frames, ncc_polish
+from engine.trackers.corrtrack.weights import DEFAULT_WEIGHTS, load_model
 
 NO_GRAPHS_ENV = "TRACKSCOPE_NO_CUDA_GRAPHS"
 POLISH_ENV = "TRACKSCOPE_CORRTRACK_POLISH"  # "0" turns the NCC polish off

@@ -13,10 +13,10 @@ from typing import Any
 
 import torch
 
-from ...errors import TrackerError
-from .model import CorrTrackConfig, CorrTrackNet, count_parameters
+from engine.core.errors import TrackerError
+from engine.core.paths import RESOURCES
+from engine.trackers.corrtrack.model import CorrTrackConfig, CorrTrackNet, count_parameters
 
-RESOURCES = Path(__file__).resolve().parents[3] / "resources"
 DEFAULT_WEIGHTS = RESOURCES / "corrtrack.safetensors"
 MANIFEST_FORMAT = "trackscope-corrtrack-weights"
 MANIFEST_VERSION = 1

@@ -1,0 +1,329 @@
+"""Per-stage cost (FLOPs and bytes moved) and each stage's place on the roofline.
+
+``CostCounter`` wraps one extra pass of a run: torch's ``FlopCounterMode`` counts the FLOPs of
+matmul/conv/attention ops, and a ``TorchDispatchMode`` on top of it sees every aten op, takes the
+FLOPs each op added, sums the bytes of its input and output tensors (an upper bound on memory
+traffic: no cache reuse, no fusion) and books both to the stage that is open at that moment (told
+by engine.stages' observer hook). A stage with no torch ops costs nothing and is "host" bound.
+
+The roofline places a stage from its FLOPs F, bytes B and measured time t against the device's
+peak P (FLOP/s, for the precision the stage ran in) and bandwidth W (B/s):
+roofline time = max(F / P, B / W); percent of roofline = roofline time / t; the stage is
+"memory" bound when F / B is below the ridge point P / W, else "compute" bound, and "latency"
+bound when it reaches under LATENCY_FRACTION of both roofs (launches, syncs, tiny kernels).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import defaultdict
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import FlopCounterMode
+
+from engine.core.stages import add_stage_observer, remove_stage_observer
+from engine.telemetry import specs
+from engine.telemetry.environment import environment_capability, environment_device_name
+
+#: a stage achieving less than this share of both its compute and its bandwidth roof is "latency" bound
+LATENCY_FRACTION = 0.10
+#: work done while no stage is open is booked here
+UNSTAGED = "(unstaged)"
+#: ops that only read metadata and move no data
+_METADATA_OPS = {"size", "stride", "numel", "dim", "storage_offset", "is_contiguous", "sym_size", "sym_stride",
+                 "sym_numel", "sym_storage_offset", "_local_scalar_dense", "is_same_size", "detach"}
+#: gathers read at most this many times their output's bytes from their source (bilinear: 4 corners)
+_GATHER_READ_FACTOR = {"index": 1, "gather": 1, "index_select": 1, "embedding": 1, "take": 1,
+                       "grid_sampler": 4, "grid_sampler_2d": 4, "grid_sampler_3d": 8}
+#: tensor dtypes -> the precision name their matmul/conv FLOPs run at (fp32 becomes tf32 in tf32 mode)
+_DTYPE_PRECISION = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.int8: "int8", torch.float32: "fp32",
+                    torch.float64: "fp32"}
+
+#: counted costs per configuration key (one counted pass per configuration and process)
+_CACHE: dict[tuple, dict[str, dict[str, Any]]] = {}
+
+
+def _storage_ptr(t: torch.Tensor) -> int:
+    """The address of a tensor's storage (0 when it has none)."""
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return 0
+
+
+def _unique_bytes(tensors: list[torch.Tensor]) -> int:
+    """Bytes of distinct tensors (the same storage and size counted once)."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for t in tensors:
+        key = (_storage_ptr(t), t.numel())
+        if key not in seen:
+            seen.add(key)
+            total += _tensor_bytes(t)
+    return total
+
+
+def _aliases_an_input(out: Any, args: Any, kwargs: Any) -> bool:
+    """True when every output tensor shares storage with an input (a real view, no data moved).
+
+    Ops like ``to``, ``reshape`` or ``contiguous`` are declared as possible views but copy when they
+    must (a dtype change, a non-viewable layout); those copies move data and are counted.
+    """
+    inputs = {_storage_ptr(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
+    outputs = [_storage_ptr(t) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+    return all(p in inputs for p in outputs)
+
+
+def _tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes a tensor spans: numel x element size, at most its storage (expanded views count once)."""
+    nbytes = t.numel() * t.element_size()
+    try:
+        return min(nbytes, t.untyped_storage().nbytes())
+    except (RuntimeError, NotImplementedError):  # tensors without storage (meta, sparse, ...)
+        return nbytes
+
+
+class _StageCost:
+    __slots__ = ("flops", "bytes", "ops", "flops_by_precision")
+
+    def __init__(self) -> None:
+        self.flops = 0
+        self.bytes = 0
+        self.ops = 0
+        self.flops_by_precision: dict[str, int] = defaultdict(int)
+
+
+class _CostMode(TorchDispatchMode):
+    """Sees each aten op above FlopCounterMode; books FLOPs and bytes to the open stage."""
+
+    def __init__(self, counter: CostCounter):
+        super().__init__()
+        self.counter = counter
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        flops_before = self.counter._total_flops()
+        out = func(*args, **kwargs)
+        name = func._overloadpacket.__name__ if hasattr(func, "_overloadpacket") else str(func)
+        if name in _METADATA_OPS or (getattr(func, "is_view", False) and _aliases_an_input(out, args, kwargs)):
+            return out
+        flops = self.counter._total_flops() - flops_before
+        inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        out_bytes = _unique_bytes(outputs)
+        gather_factor = _GATHER_READ_FACTOR.get(name)
+        if gather_factor is not None and inputs:
+            # a gather reads only what it picks from its source, not the whole source tensor
+            source = inputs[0]
+            in_bytes = min(_tensor_bytes(source), gather_factor * out_bytes) + _unique_bytes(inputs[1:])
+        else:
+            in_bytes = _unique_bytes(inputs)  # a tensor passed twice is read once
+        nbytes = in_bytes + out_bytes  # in-place ops read and write the same tensor: both count
+        out_dtype = outputs[0].dtype if outputs else None
+        self.counter._book(flops, nbytes, out_dtype)
+        return out
+
+
+class CostCounter:
+    """Context manager: count FLOPs, bytes and ops per stage of the work run inside it (this thread)."""
+
+    def __init__(self, precision: str = "fp32"):
+        self.precision = precision
+        self.stages: dict[str, _StageCost] = {}
+        self._stack: list[str] = []
+        self._thread = threading.get_ident()
+        self._flop_counter: FlopCounterMode | None = None
+        self._mode: _CostMode | None = None
+
+    def _total_flops(self) -> int:
+        assert self._flop_counter is not None
+        return int(sum(self._flop_counter.flop_counts["Global"].values()))
+
+    def _observe(self, timer: Any, name: str, opening: bool) -> None:
+        """Stage observer: track the open stage of this thread; a stage that opens is listed even if empty."""
+        if threading.get_ident() != self._thread:
+            return
+        if opening:
+            self.open_stage(name)
+            self._stack.append(name)
+        elif self._stack and self._stack[-1] == name:
+            self._stack.pop()
+
+    def _book(self, flops: int, nbytes: int, dtype: torch.dtype | None) -> None:
+        stage = self._stack[-1] if self._stack else UNSTAGED
+        cost = self.stages.get(stage)
+        if cost is None:
+            cost = self.stages[stage] = _StageCost()
+        cost.flops += flops
+        cost.bytes += nbytes
+        cost.ops += 1
+        if flops:
+            cost.flops_by_precision[_DTYPE_PRECISION.get(dtype, "fp32")] += flops
+
+    def open_stage(self, name: str) -> None:
+        """Make sure ``name`` appears in the result even if it runs no torch op (host stage)."""
+        self.stages.setdefault(name, _StageCost())
+
+    def __enter__(self) -> CostCounter:
+        self._thread = threading.get_ident()
+        self._flop_counter = FlopCounterMode(display=False)
+        self._flop_counter.__enter__()
+        self._mode = _CostMode(self)
+        self._mode.__enter__()
+        add_stage_observer(self._observe)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        remove_stage_observer(self._observe)
+        assert self._mode is not None and self._flop_counter is not None
+        self._mode.__exit__(*exc)
+        self._flop_counter.__exit__(*exc)
+        self._mode = None
+
+    def result(self) -> dict[str, dict[str, Any]]:
+        """{stage: {"flops", "bytes", "ops", "precision"}}; precision = the dtype most FLOPs ran in."""
+        out = {}
+        for name, cost in self.stages.items():
+            out[name] = {"flops": int(cost.flops), "bytes": int(cost.bytes), "ops": int(cost.ops),
+                         "precision": stage_precision(dict(cost.flops_by_precision), self.precision)}
+        return out
+
+
+def stage_precision(flops_by_precision: dict[str, int], mode: str) -> str:
+    """The precision a stage's FLOPs mostly ran at; fp32 FLOPs count as tf32 when the mode is tf32."""
+    if not flops_by_precision:  # no matmul/conv work: the precision mode does not apply
+        return "fp32"
+    dominant = max(flops_by_precision, key=lambda k: flops_by_precision[k])
+    return "tf32" if dominant == "fp32" and mode == "tf32" else dominant
+
+
+def count_cost(key: tuple, run: Callable[[], Any], precision: str = "fp32") -> dict[str, dict[str, Any]]:
+    """Run ``run()`` once under a CostCounter and cache the per-stage result under ``key``."""
+    if key in _CACHE:
+        return _CACHE[key]
+    with CostCounter(precision) as counter:
+        run()
+    _CACHE[key] = counter.result()
+    return _CACHE[key]
+
+
+def count_session_cost(frames: np.ndarray, queries: np.ndarray, config: Any, tracker: Any = None,
+                       tracker_loader: Callable[[str], Any] | None = None,
+                       video_info: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """One extra counted pass of a session (cached by configuration). Run it after the timed runs.
+    video_info: the reader's info, as the timed sessions got it (queries are in the video's pixels)."""
+    from engine.core.errors import UserError
+    from engine.run.session import Failed, Session
+
+    frames = np.asarray(frames)
+    tracker_name = getattr(tracker, "name", config.tracker)
+    key = (tracker_name, config.device, config.precision, config.points_per_batch, config.frames_per_batch,
+           tuple(frames.shape), len(queries))
+
+    if tracker is None:
+        from engine.trackers import load_tracker
+
+        tracker = (tracker_loader or load_tracker)(config.tracker)
+
+    def run() -> None:
+        with tracker.counting_mode():
+            last = Session(frames, queries, config, tracker=tracker, tracker_loader=tracker_loader,
+                           video_info=video_info).run()
+        if isinstance(last, Failed):
+            raise UserError(f"the counted pass failed: {last.message}", last.suggestion)
+
+    return count_cost(key, run, config.precision)
+
+
+def clear_cache() -> None:
+    """Forget counted costs (tests; a tracker whose code changed)."""
+    _CACHE.clear()
+
+
+# -- roofline ---------------------------------------------------------------------------------
+def roofline(flops: float, nbytes: float, ms: float | None, peak_flops: float, peak_bytes_per_s: float
+             ) -> dict[str, Any]:
+    """Place one stage: achieved rates, arithmetic intensity vs ridge, percent of roofline, bound."""
+    out: dict[str, Any] = {"flops": flops, "bytes": nbytes, "ms": ms, "achieved_tflops": None,
+                           "achieved_gbps": None, "intensity": None, "ridge": None, "roofline_ms": None,
+                           "pct_of_roofline": None, "bound": "unknown"}
+    if flops == 0 and nbytes == 0:
+        out["bound"] = "host"
+        return out
+    out["intensity"] = flops / nbytes if nbytes else math.inf
+    known = math.isfinite(peak_flops) and peak_flops > 0 and math.isfinite(peak_bytes_per_s) \
+        and peak_bytes_per_s > 0
+    if known:
+        out["ridge"] = peak_flops / peak_bytes_per_s
+        out["roofline_ms"] = max(flops / peak_flops, nbytes / peak_bytes_per_s) * 1e3
+    if not ms or ms <= 0:
+        return out
+    seconds = ms / 1e3
+    out["achieved_tflops"] = flops / seconds / 1e12
+    out["achieved_gbps"] = nbytes / seconds / 1e9
+    if not known:
+        return out
+    out["pct_of_roofline"] = 100.0 * out["roofline_ms"] / ms
+    compute_share = flops / seconds / peak_flops
+    memory_share = nbytes / seconds / peak_bytes_per_s
+    if compute_share < LATENCY_FRACTION and memory_share < LATENCY_FRACTION:
+        out["bound"] = "latency"
+    else:
+        out["bound"] = "memory" if out["intensity"] < out["ridge"] else "compute"
+    return out
+
+
+def device_spec(environment: dict[str, Any]) -> specs.GPUSpec:
+    """The peak table entry of a report's device: the table, an NVML estimate, or the CPU pseudo-spec."""
+    gpu = environment.get("gpu") if isinstance(environment, dict) else None
+    if not gpu:
+        return specs.cpu_spec()
+    name = environment_device_name(environment)
+    found = specs.lookup(name)
+    if found is not None:
+        return found
+    return specs.spec_from_nvml(name, gpu.get("multiprocessor_count"), gpu.get("max_sm_clock_mhz"),
+                                gpu.get("max_mem_clock_mhz"), gpu.get("memory_bus_width_bits"),
+                                environment_capability(environment), gpu.get("memory_total_bytes"))
+
+
+def peak_block(spec: specs.GPUSpec) -> dict[str, Any]:
+    """The peaks stored in a report, so that compare and what-if do not depend on the reading machine."""
+    return {"device": spec.name, "kind": spec.kind, "compute_capability": spec.compute_capability,
+            "fp32_tflops": spec.fp32_tflops, "tf32_tflops": spec.tf32_tflops, "fp16_tflops": spec.fp16_tflops,
+            "bf16_tflops": spec.bf16_tflops, "int8_tops": spec.int8_tops, "bandwidth_gbps": spec.bandwidth_gbps,
+            "bf16_emulated": spec.bf16_emulated, "estimated": spec.estimated, "source": spec.source}
+
+
+def spec_from_block(block: dict[str, Any]) -> specs.GPUSpec:
+    """A GPUSpec back from a report's stored peak block."""
+    cc = block.get("compute_capability")
+    return specs.GPUSpec(
+        name=str(block.get("device", "unknown")), compute_capability=tuple(cc) if cc else None,
+        fp32_tflops=block.get("fp32_tflops"), tf32_tflops=block.get("tf32_tflops"),
+        fp16_tflops=block.get("fp16_tflops"), bf16_tflops=block.get("bf16_tflops"),
+        int8_tops=block.get("int8_tops"), memory_gb=None, bandwidth_gbps=block.get("bandwidth_gbps"),
+        bf16_emulated=bool(block.get("bf16_emulated")), estimated=bool(block.get("estimated")),
+        source=str(block.get("source", "report")), kind=str(block.get("kind", "gpu")))
+
+
+def cost_section(stage_costs: dict[str, dict[str, Any]], stage_ms: dict[str, float | None],
+                 environment: dict[str, Any], precision: str) -> dict[str, Any]:
+    """The report's "cost" block: each stage's counted work placed on the device's roofline."""
+    spec = device_spec(environment)
+    bandwidth = specs.peak_bandwidth(spec)
+    stages = {}
+    for name, cost in stage_costs.items():
+        stage_prec = cost.get("precision") or precision
+        pk = specs.peak(spec, stage_prec)
+        entry = roofline(cost["flops"], cost["bytes"], stage_ms.get(name), pk.flops, bandwidth)
+        entry.update({"ops": cost.get("ops", 0), "precision": stage_prec, "peak_tflops": pk.flops / 1e12,
+                      "peak_path": pk.path, "peak_note": pk.note})
+        stages[name] = entry
+    return {"stages": stages, "peak": peak_block(spec), "latency_fraction": LATENCY_FRACTION,
+            "bytes_note": "bytes = inputs + outputs of every op (an upper bound: no cache reuse or fusion)"}

@@ -1,0 +1,159 @@
+"""What-if: a report's per-stage times projected onto another GPU from the spec table.
+
+For each stage with a counted cost (FLOPs F, bytes B) and an observed time t on the source device:
+
+    source roofline time  r_s = max(F / P_s, B / W_s)     (P: peak FLOP/s at the stage's precision,
+    target roofline time  r_t = max(F / P_t, B / W_t)      W: peak bandwidth, bytes/s)
+    efficiency            e   = min(1, r_s / t)           (what the stage reached of its own roof)
+    projected             t'  = r_t / e
+
+The precision is taken as it would run on the target: tf32 below compute capability 8.0 runs IEEE
+fp32, bf16 without bf16 units is emulated (priced at the fp32 rate: a best case). Latency- and
+host-bound stages keep their observed time (latency-bound ones at least the target's roofline time):
+launches, syncs and host work do not follow the peaks.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from engine.analysis.cost import spec_from_block
+from engine.core.errors import UserError
+from engine.report.recorder import report_label, run_ms, stage_ms
+from engine.telemetry import specs
+
+#: bounds whose time does not follow the device's peaks; kept at the observed time
+KEPT_BOUNDS = ("latency", "host", "unknown")
+
+
+def target_spec(name: str) -> specs.GPUSpec:
+    """The spec table entry for a GPU name, or a UserError listing the known ones."""
+    spec = specs.lookup(name)
+    if spec is None:
+        known = ", ".join(s.name for s in specs.GPUS)
+        raise UserError(f"unknown GPU {name!r} for the what-if", f"choose one of: {known}")
+    return spec
+
+
+def _roof_s(flops: float, nbytes: float, peak_flops: float, bandwidth: float) -> float:
+    """Roofline time in seconds; NaN when a needed peak is unknown."""
+    compute = flops / peak_flops if flops else 0.0
+    memory = nbytes / bandwidth if nbytes else 0.0
+    if math.isnan(compute) or math.isnan(memory):
+        return math.nan
+    return max(compute, memory)
+
+
+def project(report: dict[str, Any], target_gpu: str) -> dict[str, Any]:
+    """Per-stage projected ms of ``report`` on ``target_gpu``, the total, and the assumptions made."""
+    target = target_spec(target_gpu)
+    cost = report.get("cost")
+    if not cost or not cost.get("stages") or not cost.get("peak"):
+        raise UserError(f"report {report_label(report)!r} has no cost model (FLOPs and bytes per stage), "
+                        "so it cannot be projected", "record it with the cost pass on (trackscope bench --cost)")
+    source = spec_from_block(cost["peak"])
+    mode = (report.get("config") or {}).get("precision", "fp32")
+    observed = stage_ms(report)
+    src_bw, tgt_bw = specs.peak_bandwidth(source), specs.peak_bandwidth(target)
+    assumptions = [
+        f"source peaks: {source.name} ({source.source}); target peaks: {target.name} ({target.source})",
+        "each stage keeps the efficiency it reached on the source (its observed time vs its own roofline "
+        "time, at most 100 %)",
+        "bytes moved are an upper bound (inputs + outputs of every op, no cache reuse); FLOPs count "
+        "matmul/conv/attention only",
+    ]
+    if source.kind == "cpu":
+        assumptions.append("the source is a CPU, which has no kernel launches: its latency-bound stages are "
+                           "projected with their CPU efficiency too (a pessimistic guess for a GPU)")
+    if source.estimated:
+        assumptions.append(f"the source peaks are estimates ({source.source}): the carried-over efficiency "
+                           "is rough")
+    notes: set[str] = set()
+    kept: list[str] = []
+    stages: dict[str, dict[str, Any]] = {}
+    for name, entry in cost["stages"].items():
+        ms = observed.get(name, entry.get("ms"))
+        prec = entry.get("precision") or mode
+        src_peak = specs.peak(source, prec)
+        tgt_peak = specs.peak(target, prec)
+        if tgt_peak.note:
+            notes.add(f"{prec} on {target.name}: {tgt_peak.note}")
+        row = {"observed_ms": ms, "projected_ms": ms, "bound": entry.get("bound", "unknown"), "precision": prec,
+               "target_path": tgt_peak.path, "efficiency": None, "source_roofline_ms": None,
+               "target_roofline_ms": None, "kept": True}
+        flops, nbytes = float(entry.get("flops") or 0), float(entry.get("bytes") or 0)
+        src_roof = _roof_s(flops, nbytes, src_peak.flops, src_bw)
+        tgt_roof = _roof_s(flops, nbytes, tgt_peak.flops, tgt_bw)
+        movable = row["bound"] not in KEPT_BOUNDS or (row["bound"] == "latency" and source.kind == "cpu")
+        usable = (ms is not None and ms > 0 and movable and src_roof > 0
+                  and math.isfinite(src_roof) and math.isfinite(tgt_roof))
+        if usable:
+            efficiency = min(1.0, src_roof * 1e3 / ms)
+            row.update({"efficiency": efficiency, "source_roofline_ms": src_roof * 1e3,
+                        "target_roofline_ms": tgt_roof * 1e3, "projected_ms": tgt_roof * 1e3 / efficiency,
+                        "kept": False})
+        elif ms is not None and row["bound"] == "latency" and math.isfinite(tgt_roof):
+            # launches and syncs stay, but the target's roof may become the limit
+            row.update({"projected_ms": max(ms, tgt_roof * 1e3), "target_roofline_ms": tgt_roof * 1e3})
+            kept.append(f"{name} (latency)")
+        elif ms is not None:
+            kept.append(f"{name} ({row['bound']})")
+        stages[name] = row
+    for name, ms in observed.items():  # timed stages the cost pass did not see
+        if name not in stages:
+            stages[name] = {"observed_ms": ms, "projected_ms": ms, "bound": "unknown", "precision": mode,
+                            "target_path": "", "efficiency": None, "source_roofline_ms": None,
+                            "target_roofline_ms": None, "kept": True}
+            kept.append(f"{name} (not counted)")
+    if kept:
+        assumptions.append("kept at the observed time, or the target's roofline time where that is longer "
+                           "(launch, sync and host costs do not follow the peaks): " + ", ".join(kept))
+    assumptions.extend(sorted(notes))
+    observed_total = run_ms(report)
+    staged_observed = sum(r["observed_ms"] or 0.0 for r in stages.values())
+    outside = max(0.0, (observed_total or staged_observed) - staged_observed)
+    if outside > 0:
+        assumptions.append(f"{outside:.2f} ms per run outside any stage kept as observed")
+    projected_total = sum(r["projected_ms"] or 0.0 for r in stages.values()) + outside
+    return {
+        "report": report_label(report), "source": source.name, "target": target.name, "precision": mode,
+        "stages": stages, "observed_ms": observed_total if observed_total is not None else staged_observed,
+        "projected_ms": projected_total, "outside_stages_ms": outside, "assumptions": assumptions,
+    }
+
+
+def _fmt_ms(ms: float | None) -> str:
+    if ms is None:
+        return "-"
+    return f"{ms:.3g}" if ms < 1 else f"{ms:.1f}" if ms < 1e4 else f"{ms:.0f}"
+
+
+def format_projection(result: dict[str, Any]) -> str:
+    """Aligned text: per stage observed vs projected ms, then the assumptions."""
+    lines = [f"what-if: {result['report']}", f"  {result['source']} -> {result['target']} ({result['precision']})",
+             ""]
+    header = ("stage", "bound", "precision", "observed ms", "projected ms", "x")
+    rows = [header]
+    for name, r in result["stages"].items():
+        ratio = (r["projected_ms"] / r["observed_ms"]) if r["observed_ms"] else None
+        rows.append((name, r["bound"] + (" (kept)" if r["kept"] else ""), f"{r['precision']} {r['target_path']}",
+                     _fmt_ms(r["observed_ms"]), _fmt_ms(r["projected_ms"]), f"{ratio:.2f}" if ratio else "-"))
+    total_ratio = result["projected_ms"] / result["observed_ms"] if result["observed_ms"] else None
+    rows.append(("total", "", "", _fmt_ms(result["observed_ms"]), _fmt_ms(result["projected_ms"]),
+                 f"{total_ratio:.2f}" if total_ratio else "-"))
+    lines.extend(_table(rows))
+    lines.append("")
+    lines.append("assumptions:")
+    lines.extend(f"  - {a}" for a in result["assumptions"])
+    return "\n".join(lines)
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    """Left-align the first column, right-align the rest."""
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for row in rows:
+        cells = [str(row[0]).ljust(widths[0])] + [str(c).rjust(w) for c, w in zip(row[1:], widths[1:])]
+        out.append("  ".join(cells).rstrip())
+    return out

@@ -1,0 +1,5 @@
+"""The command line: one module per verb; ``main`` dispatches."""
+
+from engine.cli.entry import main
+
+__all__ = ["main"]

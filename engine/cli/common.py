@@ -1,0 +1,54 @@
+"""Arguments and helpers shared by the run-type subcommands (track, eval, bench)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from engine.core.config import DEFAULT_FRAMES_PER_BATCH, DEFAULT_POINTS_PER_BATCH, PRECISIONS, RunConfig
+from engine.core.paths import RESOURCES, SAMPLE_VIDEO, sidecar  # noqa: F401  (re-exported for the verbs)
+
+
+def add_run_arguments(p: argparse.ArgumentParser, default_tracker: str = "corrtrack") -> None:
+    p.add_argument("--tracker", default=default_tracker,
+                   help="corrtrack (default), lk, module:factory, or an installed plugin name")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
+    p.add_argument("--precision", default="fp32", choices=PRECISIONS)
+    p.add_argument("--points-per-batch", type=int, default=DEFAULT_POINTS_PER_BATCH, metavar="N")
+    p.add_argument("--frames-per-batch", type=int, default=DEFAULT_FRAMES_PER_BATCH, metavar="M")
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    from engine.core.errors import UserError
+
+    try:
+        return RunConfig(tracker=args.tracker, device=args.device, precision=args.precision,
+                         points_per_batch=args.points_per_batch, frames_per_batch=args.frames_per_batch)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+
+
+class Progress:
+    """A one-line progress bar on a terminal; silent otherwise."""
+
+    def __init__(self, total: int, label: str, stream=None):
+        self.total = max(1, total)
+        self.label = label
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty()
+
+    def update(self, done: int, extra: str = "") -> None:
+        if not self.enabled:
+            return
+        width = 30
+        filled = int(width * done / self.total)
+        bar = "#" * filled + "-" * (width - filled)
+        self.stream.write(f"\r{self.label} [{bar}] {done}/{self.total} {extra}")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+

@@ -1,0 +1,90 @@
+"""`trackscope ...`: the command line. `trackscope` alone opens the GUI.
+
+Exit codes: 0 success, 2 bad usage or bad input (one-line reason on stderr), 1 internal error.
+Subcommands owned by other modules expose ``add_arguments(parser)`` and ``run(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+from pathlib import Path
+from typing import Sequence
+
+from engine.core.errors import UserError
+
+#: subcommand -> (module, one-line help); each module has add_arguments(parser) and run(args)
+SUBCOMMANDS = {
+    "gui": ("gui.app", "open the desktop app (on a video or a report to replay)"),
+    "track": ("engine.cli.track", "track points in a video, write tracks NPZ/CSV"),
+    "eval": ("engine.cli.evaluate", "grade a tracker on an evaluation set (TAP-Vid metrics)"),
+    "sample": ("engine.cli.sample", "write synthetic videos with ground truth"),
+    "bench": ("engine.workflows.bench", "benchmark precisions x batch sizes, write reports"),
+    "compare": ("engine.analysis.compare", "compare two run reports stage by stage"),
+    "diagnose": ("engine.analysis.rules", "print the findings of a run report"),
+    "train": ("engine.training.corrtrack", "train the CorrTrack model on synthetic videos"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        self.print_usage(sys.stderr)
+        print(f"trackscope: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = _Parser(prog="trackscope", description="Diagnostic workbench for GPU point tracking.")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if only is not None and name != only:
+            continue
+        module = importlib.import_module(module_name)
+        module.add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def _looks_like_command(word: str) -> bool:
+    """A bare word that is no option and no existing file or folder: a mistyped subcommand."""
+    return not word.startswith("-") and not Path(word).exists() and not any(c in word for c in "./\\")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    first = argv[0] if argv else ""
+    if first and first not in SUBCOMMANDS and _looks_like_command(first):
+        print(f"trackscope: error: unknown command {first!r} (choose from {', '.join(SUBCOMMANDS)})",
+              file=sys.stderr)
+        return 2
+    if not argv or (first not in SUBCOMMANDS and first not in ("-h", "--help")):
+        argv = ["gui", *argv]  # `trackscope`, `trackscope VIDEO`, `trackscope --run`: the app
+    command = argv[0] if argv[0] in SUBCOMMANDS else None  # None: -h/--help, which parse_args answers and exits
+    try:
+        parser = build_parser(only=command)
+    except ImportError as exc:
+        print(f"trackscope: cannot start {command or 'trackscope'}: {exc}", file=sys.stderr)
+        return 1
+    args = parser.parse_args(argv)
+    try:
+        return int(args._module.run(args) or 0)
+    except UserError as exc:
+        print(f"trackscope {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `trackscope ... | head`: the reader left; not an error of ours
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        print("trackscope: interrupted", file=sys.stderr)
+        return 130
+    except Exception:
+        traceback.print_exc()
+        print("trackscope: internal error (a bug: please report it with the traceback above)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""`trackscope track VIDEO (--queries Q.csv | --grid K) --out OUT.npz`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from engine.cli.common import Progress, add_run_arguments, config_from_args
+from engine.core.errors import UserError
+from engine.io.trackio import grid_queries, read_queries_csv, save_tracks
+from engine.run.session import BatchDone, Failed, Finished, Session, Started
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("video", type=Path, help="video file (mp4/avi/mov/mkv) or folder of images")
+    q = p.add_mutually_exclusive_group(required=True)
+    q.add_argument("--queries", type=Path, metavar="Q.csv", help="queries CSV with header t,x,y")
+    q.add_argument("--grid", type=int, metavar="K", help="a K x K grid of queries on frame 0")
+    p.add_argument("--out", type=Path, required=True, metavar="OUT.npz", help="tracks NPZ (or .csv)")
+    p.add_argument("--report", type=Path, metavar="REPORT.json", help="also write a run report")
+    add_run_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.io.video import open_video
+
+    config = config_from_args(args)
+    if args.out.suffix.lower() not in (".npz", ".csv"):
+        raise UserError(f"--out {args.out}: must end in .npz or .csv")
+    if not args.out.parent.exists():
+        raise UserError(f"--out {args.out}: folder {args.out.parent} does not exist")
+    with open_video(args.video) as reader:
+        frames = reader.read()
+        info = {**reader.info.to_dict(), "warnings": list(reader.warnings)}
+    for w in info["warnings"]:
+        print(f"trackscope track: warning: {w}", file=sys.stderr)
+    if args.queries is not None:
+        queries = read_queries_csv(args.queries)
+    else:
+        queries = grid_queries(args.grid, info["width"], info["height"])
+    session = Session(frames, queries, config, video_info=info)  # it converts to shrunk frames' pixels
+    recorder = None
+    if args.report is not None:
+        from engine.report.recorder import RunRecorder
+
+        recorder = RunRecorder()
+    progress = Progress(len(queries), "tracking")
+    last = None
+    for event in session.events():
+        if recorder is not None:
+            recorder.add(event)
+        if isinstance(event, Started):
+            print(f"trackscope track: {event.tracker.get('name', config.tracker)} on {event.device_name}, "
+                  f"{config.precision}, {event.num_queries} points x {info['num_frames']} frames "
+                  f"({info['width']}x{info['height']})", file=sys.stderr)
+            if event.precision_gate:
+                print(f"trackscope track: warning: {event.precision_gate}", file=sys.stderr)
+        elif isinstance(event, BatchDone):
+            progress.update(event.stop, f"{event.wall_ms:.0f} ms")
+        last = event
+    progress.close()
+    if isinstance(last, Failed):
+        if last.kind == "internal":
+            print(last.details, file=sys.stderr)
+            raise RuntimeError(last.message)
+        raise UserError(last.message, last.suggestion)
+    assert isinstance(last, Finished)
+    save_tracks(args.out, last.tracks, last.visible, queries)
+    print(f"trackscope track: wrote {args.out} ({len(queries)} points, {last.wall_ms:.0f} ms)", file=sys.stderr)
+    if recorder is not None:
+        from engine.report.recorder import save_report
+
+        save_report(args.report, recorder.build())
+        print(f"trackscope track: wrote {args.report}", file=sys.stderr)
+    return 0

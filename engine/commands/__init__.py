@@ -1,1 +1,0 @@
-"""CLI subcommands that live in the engine: track, eval, sample."""

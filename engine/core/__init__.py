@@ -1,0 +1,1 @@
+"""The lowest layer: errors, run configuration, precision modes, devices, stage timing, paths."""

@@ -1,0 +1,1 @@
+"""Reading and writing media and point files: videos, queries/tracks files, pixel geometry."""

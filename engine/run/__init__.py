@@ -1,0 +1,1 @@
+"""One run of a tracker over a video: the session and its event stream."""

@@ -1,0 +1,1 @@
+"""Training CorrTrack: synthetic videos with exact ground truth, losses, the training loop."""

@@ -1,0 +1,61 @@
+"""Single videos as numpy arrays, and evaluation sets written to disk."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engine.io.trackio import write_queries_csv
+from engine.io.video import write_video
+from engine.training.synthetic.config import SynthConfig
+from engine.training.synthetic.render import generate_batch
+from engine.training.synthetic.textures import TextureBank
+
+TEXTURE_SIZE_RANGE = (128, 512)  # default bank texture side: twice the video side, within this range
+DEFAULT_PROCEDURAL = 16  # procedural textures in the default (val) bank used for single videos
+
+
+def default_texture_size(cfg: SynthConfig) -> int:
+    """Texture side for a video size: twice the longer side, clamped to TEXTURE_SIZE_RANGE."""
+    lo, hi = TEXTURE_SIZE_RANGE
+    return int(min(max(2 * max(cfg.height, cfg.width), lo), hi))
+
+
+@lru_cache(maxsize=4)
+def default_textures(size: int = TEXTURE_SIZE_RANGE[1], split: str = "val") -> TextureBank:
+    """The CPU texture bank used when none is given (held-out 'val' textures by default)."""
+    return TextureBank.build("cpu", size=size, procedural=DEFAULT_PROCEDURAL, split=split)
+
+
+def generate_video(seed: int, cfg: SynthConfig, textures: TextureBank | None = None) -> dict[str, np.ndarray]:
+    """One video with ground truth: video uint8 [T, H, W, 3], tracks [N, T, 2], visible [N, T],
+    queries [N, 3], query_t [N]."""
+    bank = textures if textures is not None else default_textures(default_texture_size(cfg))
+    dev = bank.images.device
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(int(seed))
+    with torch.no_grad():
+        batch = generate_batch(1, cfg, bank, gen, dev)
+    return batch.numpy(0)
+
+
+def write_video_and_truth(outdir: Path, name: str, data: dict[str, np.ndarray]) -> Path:
+    """Write ``generate_video`` output as NAME.mp4, NAME.queries.csv, NAME.gt.npz in outdir; returns the mp4."""
+    video_path = outdir / f"{name}.mp4"
+    write_video(video_path, data["video"])
+    write_queries_csv(outdir / f"{name}.queries.csv", data["queries"])
+    np.savez_compressed(outdir / f"{name}.gt.npz", tracks=data["tracks"].astype(np.float32),
+                        visible=data["visible"].astype(bool), query_t=data["query_t"].astype(np.int64))
+    return video_path
+
+
+def write_eval_set(outdir: str | Path, count: int, seed: int, cfg: SynthConfig, prefix: str = "synth",
+                   textures: TextureBank | None = None) -> list[Path]:
+    """Write ``count`` videos as NAME.mp4, NAME.queries.csv, NAME.gt.npz; returns the mp4 paths."""
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    return [write_video_and_truth(outdir, f"{prefix}_{i:03d}", generate_video(seed * 100003 + i, cfg, textures))
+            for i in range(count)]

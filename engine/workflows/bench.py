@@ -1,0 +1,432 @@
+"""`trackscope bench`: a tracker over precisions x points-per-batch x frames-per-batch, like an inference
+benchmark table (ms per run, frames/s, speedup over fp32, peak memory, accuracy or divergence from fp32).
+
+Each configuration: warm-up runs, then repeated runs, each a full Session; the telemetry sampler runs
+across all of them; a RunRecorder turns the events into the configuration's report (the cold first
+warm-up run is kept as the report's cold run, the other warm-up runs are dropped). ``--overhead``
+measures what stage timing plus telemetry cost: the same configuration with both on and both off,
+alternating, and the ratio of the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.core.config import PRECISIONS, RunConfig
+from engine.core.errors import UserError
+from engine.run.session import Failed, Finished, Session
+
+DEFAULT_PRECISIONS = "fp32,tf32,fp16,bf16"
+DEFAULT_POINTS_PER_BATCH = "256,1024"
+DEFAULT_FRAMES_PER_BATCH = "16"
+DEFAULT_WARMUP = 2
+DEFAULT_REPEAT = 10
+DEFAULT_GRID = 8  # queries when the video has no queries sidecar
+RANDOM_POINTS_SEED = 0
+PERCENTILES = (10, 90)
+NOISY_SPREAD = 1.5  # p90/p10 of the timed runs above this is flagged in the table
+OVERHEAD_TARGET = 1.03  # issue target: instrumentation within 3 %
+OVERHEAD_BLOCK = 5  # runs per on/off block
+SAMPLER_SETTLE_S = 0.15  # let the sampler take its first sample before timing
+BENCH_FILE = "bench.json"
+
+
+@dataclass
+class Row:
+    """One line of the bench table."""
+
+    label: str
+    precision: str
+    points_per_batch: int
+    frames_per_batch: int
+    ms_median: float | None = None
+    ms_p10: float | None = None
+    ms_p90: float | None = None
+    cold_ms: float | None = None
+    frames_per_s: float | None = None
+    speedup: float | None = None
+    peak_memory_bytes: float | None = None
+    memory_kind: str = ""
+    accuracy: str = ""
+    note: str = ""
+    report_file: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "extra"} | self.extra
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UserError(f"{what} must be comma-separated whole numbers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise UserError(f"{what} must list numbers of at least 1, got {text!r}")
+    return values
+
+
+def _precision_list(text: str) -> list[str]:
+    values = [v.strip().lower() for v in text.split(",") if v.strip()]
+    bad = [v for v in values if v not in PRECISIONS]
+    if bad or not values:
+        raise UserError(f"--precisions: unknown {', '.join(bad) or 'empty list'}", f"use {', '.join(PRECISIONS)}")
+    return sorted(set(values), key=lambda p: (p != "fp32", values.index(p)))  # fp32 first: the reference
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("video", nargs="?", type=Path, help="video file or image folder (default: the bundled sample)")
+    p.add_argument("--tracker", default="corrtrack", help="corrtrack (default), lk, module:factory, or a plugin")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--precisions", default=DEFAULT_PRECISIONS, help=f"comma list (default {DEFAULT_PRECISIONS})")
+    p.add_argument("--points-per-batch", default=DEFAULT_POINTS_PER_BATCH, metavar="N[,N...]")
+    p.add_argument("--frames-per-batch", default=DEFAULT_FRAMES_PER_BATCH, metavar="M[,M...]")
+    q = p.add_mutually_exclusive_group()
+    q.add_argument("--queries", type=Path, metavar="Q.csv", help="queries CSV (default: the video's sidecar)")
+    q.add_argument("--grid", type=int, metavar="K", help="a K x K grid of queries on frame 0")
+    q.add_argument("--points", type=int, metavar="N", help="N pseudo-random queries on frame 0")
+    p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, help="warm-up runs per configuration")
+    p.add_argument("--repeat", type=int, default=DEFAULT_REPEAT, help="timed runs per configuration")
+    p.add_argument("--out", type=Path, metavar="DIR", help="write per-configuration reports and bench.json here")
+    p.add_argument("--diagnose", action="store_true", help="append the diagnosis (findings) to the output")
+    p.add_argument("--no-telemetry", action="store_true", help="do not sample GPU/CPU telemetry")
+    p.add_argument("--no-timing", action="store_true", help="no per-stage timing (wall time only)")
+    p.add_argument("--no-cost", action="store_true", help="skip the counted pass (FLOPs/bytes per stage)")
+    p.add_argument("--overhead", action="store_true",
+                   help="measure instrumentation overhead: timing+telemetry on vs off, alternating")
+
+
+@dataclass
+class BenchInput:
+    """The frames, queries and (optional) ground truth a bench runs on."""
+
+    frames: np.ndarray  # uint8 [T, H, W, 3]
+    queries: np.ndarray  # float32 [N, 3], frame pixels
+    info: dict[str, Any]
+    ground_truth: dict[str, np.ndarray] | None
+    source: str
+
+
+def load_input(args: argparse.Namespace) -> BenchInput:
+    """Decode the video and find its queries and ground truth (sidecars of the sample by default)."""
+    from engine.cli.common import SAMPLE_VIDEO, sidecar
+    from engine.io.trackio import grid_queries, load_ground_truth, read_queries_csv
+    from engine.io.video import open_video
+
+    video = args.video or SAMPLE_VIDEO
+    if args.video is None and not SAMPLE_VIDEO.exists():
+        raise UserError(f"the bundled sample {SAMPLE_VIDEO} is missing", "give a VIDEO argument")
+    with open_video(video) as reader:
+        frames = reader.read()
+        info = {**reader.info.to_dict(), "warnings": list(reader.warnings), "path": str(video)}
+    width, height = int(info["width"]), int(info["height"])
+    ground_truth = None
+    if args.queries is not None:
+        queries, source = read_queries_csv(args.queries), str(args.queries)
+    elif args.grid is not None:
+        queries, source = grid_queries(args.grid, width, height), f"grid {args.grid}x{args.grid}"
+    elif args.points is not None:
+        if args.points < 1:
+            raise UserError(f"--points must be at least 1, got {args.points}")
+        rng = np.random.default_rng(RANDOM_POINTS_SEED)
+        xy = rng.uniform([0, 0], [width - 1, height - 1], size=(args.points, 2))
+        queries = np.concatenate([np.zeros((args.points, 1)), xy], axis=1).astype(np.float32)
+        source = f"{args.points} random points"
+    elif sidecar(Path(video), ".queries.csv").exists():
+        csv_path = sidecar(Path(video), ".queries.csv")
+        queries, source = read_queries_csv(csv_path), str(csv_path)
+        gt_path = sidecar(Path(video), ".gt.npz")
+        if gt_path.exists():
+            ground_truth = load_ground_truth(gt_path)
+            if len(ground_truth["tracks"]) != len(queries):
+                ground_truth = None
+    else:
+        queries, source = grid_queries(DEFAULT_GRID, width, height), f"grid {DEFAULT_GRID}x{DEFAULT_GRID}"
+    return BenchInput(frames, queries, info, ground_truth, source)  # the session converts pixels
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_")[:80] or "run"
+
+
+def _accuracy_text(acc: dict[str, Any] | None) -> str:
+    if not acc:
+        return ""
+    if "aj" in acc and acc.get("aj") is not None:
+        return f"AJ {acc['aj']:.3f} / d {acc.get('delta_avg') or float('nan'):.3f} / OA {acc.get('oa') or 0:.3f}"
+    if acc.get("mean_px") is not None:
+        return f"{acc['mean_px']:.2f} px vs {acc.get('vs', 'fp32')}"
+    return ""
+
+
+class Bench:
+    """Runs the sweep; ``rows`` and ``reports`` fill as it goes."""
+
+    def __init__(self, data: BenchInput, tracker_name: str, device: str, timing: bool = True,
+                 telemetry: bool = True, cost: bool = True, log=None):
+        from engine.core.devices import resolve_device
+        from engine.trackers import load_tracker
+
+        self.data = data
+        self.device = resolve_device(device)
+        self.device_arg = device
+        self.tracker = load_tracker(tracker_name)
+        self.tracker_name = tracker_name
+        self.timing = timing
+        self.cost = cost
+        self.log = log or (lambda text: print(text, file=sys.stderr))
+        self.sampler = None
+        if telemetry:
+            from engine.telemetry.sampler import TelemetrySampler
+
+            self.sampler = TelemetrySampler(device_index=self.device.index or 0)
+        self.rows: list[Row] = []
+        self.reports: list[dict[str, Any]] = []
+        # per (points, frames) batch sizes: the fp32 row and its final (tracks, visible), unrounded
+        self._fp32: dict[tuple[int, int], tuple[Row, tuple[np.ndarray, np.ndarray] | None]] = {}
+
+    def _loader(self, name: str):
+        return self.tracker
+
+    def _session(self, config: RunConfig, timing: bool | None = None) -> Session:
+        return Session(self.data.frames, self.data.queries, config, tracker=self.tracker,
+                       tracker_loader=self._loader, timing=self.timing if timing is None else timing,
+                       video_info=dict(self.data.info))
+
+    def run_config(self, config: RunConfig, warmup: int, repeat: int) -> Row:
+        """Warm-up and repeated runs of one configuration -> a table row (and a report)."""
+        from engine.core.precision import gate
+        from engine.report.recorder import RunRecorder
+
+        row = Row(config.label(), config.precision, config.points_per_batch, config.frames_per_batch)
+        g = gate(config.precision, self.device)
+        if not g.runnable:
+            row.note = f"skipped: {g.reason}"
+            return row
+        recorder = RunRecorder(label=config.label())
+        for i in range(warmup + repeat):
+            events = list(self._session(config).events())
+            last = events[-1]
+            cold = any(getattr(e, "cold", False) for e in events)
+            if i >= warmup or cold:  # keep the cold run and the timed runs
+                for event in events:
+                    recorder.add(event)
+            if isinstance(last, Failed):
+                row.note = f"failed ({last.kind}): {last.message}"
+                return row
+        stage_costs = None
+        if self.cost:
+            from engine.analysis.cost import count_session_cost
+
+            try:
+                stage_costs = count_session_cost(self.data.frames, self.data.queries, config,
+                                                 tracker=self.tracker, tracker_loader=self._loader,
+                                                 video_info=dict(self.data.info))
+            except Exception as exc:  # the counted pass is extra information, never fatal
+                row.extra["cost_error"] = f"{type(exc).__name__}: {exc}"
+        reference = None
+        key = (config.points_per_batch, config.frames_per_batch)
+        if self.data.ground_truth is None and config.precision != "fp32" and key in self._fp32:
+            reference = self._fp32[key][1]  # None when the fp32 run finished nothing
+        report = recorder.build(telemetry=self.sampler, ground_truth=self.data.ground_truth,
+                                reference_tracks=reference, stage_costs=stage_costs,
+                                reference_label="fp32" if reference is not None else None)
+        report["video"].setdefault("path", self.data.info.get("path"))
+        report["queries_source"] = self.data.source
+        self._fill_row(row, report, g.reason)
+        if config.precision == "fp32":
+            final = recorder.final
+            self._fp32[key] = (row, (final.tracks, final.visible) if final is not None else None)
+            row.speedup = 1.0
+        elif key in self._fp32 and self._fp32[key][0].ms_median and row.ms_median:
+            row.speedup = self._fp32[key][0].ms_median / row.ms_median
+        self.reports.append(report)
+        return row
+
+    def _fill_row(self, row: Row, report: dict[str, Any], gate_reason: str) -> None:
+        runs = [r for r in report["runs"] if r.get("status") == "finished"]
+        warm = [r["wall_ms"] for r in runs if not r.get("cold")] or [r["wall_ms"] for r in runs]
+        totals = report["totals"]
+        row.ms_median = statistics.median(warm) if warm else None
+        row.ms_p10, row.ms_p90 = (_percentile(warm, q) for q in PERCENTILES)
+        row.cold_ms = totals.get("cold_ms")
+        row.frames_per_s = totals.get("frames_per_s")
+        row.peak_memory_bytes = totals.get("peak_memory_bytes")
+        row.memory_kind = "GPU peak" if row.peak_memory_bytes else ""
+        if not row.peak_memory_bytes and totals.get("peak_rss_bytes"):
+            row.peak_memory_bytes, row.memory_kind = totals["peak_rss_bytes"], "RSS"
+        row.accuracy = _accuracy_text(report.get("accuracy"))
+        notes = [gate_reason] if gate_reason else []
+        if row.cold_ms and row.ms_median:
+            notes.append(f"cold {row.cold_ms:.0f} ms")
+        if row.ms_p10 and row.ms_p90 and row.ms_p90 / row.ms_p10 >= NOISY_SPREAD:
+            notes.append(f"noisy: p90/p10 {row.ms_p90 / row.ms_p10:.1f}x (machine busy?)")
+        row.note = "; ".join(notes)
+
+    def sweep(self, precisions: list[str], points: list[int], frames: list[int], warmup: int,
+              repeat: int) -> list[Row]:
+        """All configurations, fp32 first within each batch-size pair."""
+        if self.sampler is not None:
+            self.sampler.start()
+        try:
+            for ppb in points:
+                for fpb in frames:
+                    for prec in precisions:
+                        config = RunConfig(tracker=self.tracker_name, device=self.device_arg, precision=prec,
+                                           points_per_batch=ppb, frames_per_batch=fpb)
+                        self.log(f"trackscope bench: {config.label()} ...")
+                        self.rows.append(self.run_config(config, warmup, repeat))
+        finally:
+            if self.sampler is not None:
+                self.sampler.stop()
+        return self.rows
+
+    def overhead(self, config: RunConfig, warmup: int, repeat: int) -> dict[str, float]:
+        """Median wall ms with timing+telemetry on vs off, and their ratio.
+
+        Runs alternate in blocks of ``OVERHEAD_BLOCK``: instrumented blocks run with the sampler
+        running throughout, as it does in the app, and timing on; plain blocks with both off. (Starting
+        the sampler around every run would put its first, heaviest sample inside each short run: that
+        is sampling at the run rate, not at the sampler's rate.)
+        """
+        for _ in range(warmup):
+            self._checked(self._session(config, timing=True).run())
+        on_ms: list[float] = []
+        off_ms: list[float] = []
+        block = 0
+        while len(on_ms) < repeat or len(off_ms) < repeat:
+            instrumented = block % 2 == 0
+            runs = on_ms if instrumented else off_ms
+            if instrumented and self.sampler is not None:
+                self.sampler.start()
+                time.sleep(SAMPLER_SETTLE_S)
+            try:
+                for _ in range(min(OVERHEAD_BLOCK, repeat - len(runs))):
+                    runs.append(self._checked(self._session(config, timing=instrumented).run()).wall_ms)
+            finally:
+                if self.sampler is not None:
+                    self.sampler.stop()
+            block += 1
+        on, off = statistics.median(on_ms), statistics.median(off_ms)
+        return {"on_ms_median": on, "off_ms_median": off, "ratio": on / off, "runs_each": float(len(on_ms)),
+                "target_ratio": OVERHEAD_TARGET}
+
+    @staticmethod
+    def _checked(last: Finished | Failed) -> Finished:
+        if isinstance(last, Failed):
+            raise UserError(f"overhead run failed: {last.message}", last.suggestion)
+        return last
+
+    def close(self) -> None:
+        if self.sampler is not None:
+            self.sampler.close()
+
+
+def _fmt(value: float | None, spec: str, empty: str = "-") -> str:
+    return format(value, spec) if value is not None else empty
+
+
+def _mem(value: float | None, kind: str) -> str:
+    if not value:
+        return "-"
+    return f"{value / 2**20:.0f} MiB" + (" RSS" if kind == "RSS" else "")
+
+
+TABLE_COLUMNS = ("config", "ms/run (p10-p90)", "frames/s", "speedup", "peak mem", "accuracy", "note")
+
+
+def format_table(rows: list[Row]) -> str:
+    """The bench table as aligned text, one row per configuration."""
+    cells = [list(TABLE_COLUMNS)]
+    for r in rows:
+        ms = "-" if r.ms_median is None else f"{r.ms_median:.1f} ({r.ms_p10:.1f}-{r.ms_p90:.1f})"
+        speedup = "-" if r.speedup is None else f"{r.speedup:.2f}x"
+        cells.append([r.label, ms, _fmt(r.frames_per_s, ".1f"), speedup, _mem(r.peak_memory_bytes, r.memory_kind),
+                      r.accuracy or "-", r.note])
+    widths = [max(len(row[i]) for row in cells) for i in range(len(TABLE_COLUMNS) - 1)]
+    lines = []
+    for j, row in enumerate(cells):
+        lines.append(" | ".join(c.ljust(w) for c, w in zip(row[:-1], widths)) + " | " + row[-1])
+        if j == 0:
+            lines.append("-+-".join("-" * w for w in widths) + "-+-" + "-" * 4)
+    return "\n".join(lines)
+
+
+def write_outputs(out: Path, bench: Bench, findings: list[Any] | None, overhead: dict[str, float] | None
+                  ) -> Path:
+    """Per-configuration reports and the bench file into ``out``; returns the bench file's path."""
+    from engine.report.recorder import BENCH_FORMAT, REPORT_VERSION, save_report
+    from engine.telemetry.environment import capture_environment
+
+    out.mkdir(parents=True, exist_ok=True)
+    by_label = {r["label"]: r for r in bench.reports}
+    for row in bench.rows:
+        report = by_label.get(row.label)
+        if report is None:
+            continue
+        if findings is not None:  # the sweep's findings (each report's own ones, less those it explains)
+            report["findings"] = [f.to_dict() for f in findings if f.label == row.label]
+        name = _slug(row.label) + ".json"
+        save_report(out / name, report)
+        row.report_file = name
+    env = bench.reports[0]["environment"] if bench.reports else capture_environment(bench.device)
+    data: dict[str, Any] = {"format": BENCH_FORMAT, "version": REPORT_VERSION, "environment": env,
+                            "reports": bench.reports, "table": [r.to_dict() for r in bench.rows]}
+    if findings is not None:
+        data["findings"] = [f.to_dict() for f in findings]
+    if overhead is not None:
+        data["overhead"] = overhead
+    return save_report(out / BENCH_FILE, data)
+
+
+def run(args: argparse.Namespace) -> int:
+    precisions = _precision_list(args.precisions)
+    points = _int_list(args.points_per_batch, "--points-per-batch")
+    frames = _int_list(args.frames_per_batch, "--frames-per-batch")
+    if args.warmup < 0 or args.repeat < 1:
+        raise UserError(f"--warmup must be >= 0 and --repeat >= 1, got {args.warmup} and {args.repeat}")
+    data = load_input(args)
+    bench = Bench(data, args.tracker, args.device, timing=not args.no_timing, telemetry=not args.no_telemetry,
+                  cost=not args.no_cost)
+    try:
+        print(f"trackscope bench: {args.tracker} on {bench.device}, video {data.info.get('path')} "
+              f"({data.frames.shape[0]} frames {data.frames.shape[2]}x{data.frames.shape[1]}), "
+              f"{len(data.queries)} queries ({data.source}), {args.warmup} warm-up + {args.repeat} runs",
+              file=sys.stderr)
+        overhead = None
+        if args.overhead:
+            config = RunConfig(tracker=args.tracker, device=args.device, precision=precisions[0],
+                               points_per_batch=points[0], frames_per_batch=frames[0])
+            overhead = bench.overhead(config, args.warmup, args.repeat)
+            print(f"instrumentation overhead ({config.label()}): on {overhead['on_ms_median']:.2f} ms, "
+                  f"off {overhead['off_ms_median']:.2f} ms, ratio {overhead['ratio']:.4f} "
+                  f"(target <= {OVERHEAD_TARGET:.2f}, {int(overhead['runs_each'])} runs each)")
+        else:
+            bench.sweep(precisions, points, frames, args.warmup, args.repeat)
+            print(format_table(bench.rows))
+        findings = None
+        if args.diagnose and bench.reports:
+            from engine.analysis.rules import diagnose_many, format_findings
+
+            findings = diagnose_many(bench.reports)
+            print("\nfindings:")
+            print(format_findings(findings))
+        if args.out is not None:
+            path = write_outputs(args.out, bench, findings, overhead)
+            print(f"trackscope bench: wrote {path}", file=sys.stderr)
+    finally:
+        bench.close()
+    return 0
