@@ -9,14 +9,10 @@ emulated bf16, TF32 off, a fallback, launches, syncs). ``--what-if GPU`` project
 
 from __future__ import annotations
 
-import argparse
-import json
-from pathlib import Path
 from typing import Any
 
-from engine.analysis.whatif import _table, format_projection, project
-from engine.core.errors import ReportError, UserError
-from engine.report.recorder import load_reports, report_label, run_ms, stage_ms
+from engine.analysis.whatif import _table
+from engine.report.recorder import report_label, run_ms, stage_ms
 
 #: observed / explained beyond this factor (or below its inverse) flags a stage
 FLAG_RATIO = 3.0
@@ -136,48 +132,3 @@ def format_compare(result: dict[str, Any]) -> str:
     lines.extend(_format_findings("A", result["findings"]["a"]))
     lines.extend(_format_findings("B", result["findings"]["b"]))
     return "\n".join(lines)
-
-
-# -- the subcommand ---------------------------------------------------------------------------
-def _select(spec: str) -> dict[str, Any]:
-    """Load ``path`` or ``path#N`` / ``path#label`` (one report of a bench file)."""
-    path, _, pick = spec.partition("#")
-    reports = load_reports(path)
-    if not pick:
-        if len(reports) == 1:
-            return reports[0]
-        labels = ", ".join(f"#{i} {report_label(r)}" for i, r in enumerate(reports))
-        raise UserError(f"{path} holds {len(reports)} reports; pick one as {path}#N", f"reports: {labels}")
-    if pick.isdigit():
-        if int(pick) >= len(reports):
-            raise ReportError(f"{path} holds {len(reports)} reports, there is no #{pick}")
-        return reports[int(pick)]
-    matches = [r for r in reports if pick in report_label(r)]
-    if len(matches) != 1:
-        raise UserError(f"{len(matches)} reports of {path} match {pick!r}", "pick one by number: FILE#N")
-    return matches[0]
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("reports", nargs="+", metavar="REPORT",
-                        help="report JSON files (A and B); FILE#N picks report N of a bench file")
-    parser.add_argument("--what-if", metavar="GPU", dest="what_if",
-                        help="project each report onto this GPU from the spec table (e.g. 'Tesla T4')")
-    parser.add_argument("--json", metavar="PATH", help="also write the comparison (or projection) as JSON")
-
-
-def run(args: argparse.Namespace) -> int:
-    reports = [_select(s) for s in args.reports]
-    if args.what_if:
-        results = [project(r, args.what_if) for r in reports]
-        print("\n\n".join(format_projection(r) for r in results))
-        payload: Any = results if len(results) > 1 else results[0]
-    else:
-        if len(reports) != 2:
-            raise UserError(f"compare needs two reports (got {len(reports)})",
-                            "give A.json B.json, or one report with --what-if GPU")
-        payload = compare_reports(reports[0], reports[1])
-        print(format_compare(payload))
-    if args.json:
-        Path(args.json).write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
-    return 0

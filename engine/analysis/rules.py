@@ -8,8 +8,6 @@ named thresholds. ``trackscope diagnose REPORT.json`` prints the findings of a r
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 from typing import Any, Callable
 
@@ -361,20 +359,3 @@ def format_findings(findings: list[Finding]) -> str:
         lines.append(f"         evidence: {ev}")
         lines.append(f"         suggestion: {x.suggestion}")
     return "\n".join(lines)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("report", help="a run report or bench file (JSON)")
-    parser.add_argument("--json", action="store_true", help="print the findings as JSON")
-
-
-def run(args: argparse.Namespace) -> int:
-    from engine.report.recorder import load_reports
-
-    reports = load_reports(args.report)
-    findings = diagnose_many(reports)
-    if args.json:
-        print(json.dumps([x.to_dict() for x in findings], indent=1))
-    else:
-        print(format_findings(findings))
-    return 0

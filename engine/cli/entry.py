@@ -21,10 +21,10 @@ SUBCOMMANDS = {
     "track": ("engine.cli.track", "track points in a video, write tracks NPZ/CSV"),
     "eval": ("engine.cli.evaluate", "grade a tracker on an evaluation set (TAP-Vid metrics)"),
     "sample": ("engine.cli.sample", "write synthetic videos with ground truth"),
-    "bench": ("engine.workflows.bench", "benchmark precisions x batch sizes, write reports"),
-    "compare": ("engine.analysis.compare", "compare two run reports stage by stage"),
-    "diagnose": ("engine.analysis.rules", "print the findings of a run report"),
-    "train": ("engine.training.corrtrack", "train the CorrTrack model on synthetic videos"),
+    "bench": ("engine.cli.bench", "benchmark precisions x batch sizes, write reports"),
+    "compare": ("engine.cli.compare", "compare two run reports stage by stage"),
+    "diagnose": ("engine.cli.diagnose", "print the findings of a run report"),
+    "train": ("engine.cli.train", "train the CorrTrack model on synthetic videos"),
 }
 
 

@@ -18,7 +18,6 @@ import statistics
 import sys
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,7 +26,7 @@ from engine.core.devices import resolve_device
 from engine.core.errors import UserError
 from engine.trackers.corrtrack.model import CorrTrackNet, count_parameters, visible_from_logits
 from engine.trackers.corrtrack.weights import load_model, save_model
-from engine.training.losses import HUBER_DELTA_PX, track_losses
+from engine.training.losses import track_losses
 
 VAL_SEED = 20261130
 VAL_TEXTURE_SEED = 1
@@ -40,30 +39,6 @@ PROBE_STEPS = range(100, 110)  # steps timed apart (with syncs) to split data ge
 GRAD_CLIP = 1.0
 ADAM_BETAS = (0.9, 0.99)
 MIN_LR_SHARE = 0.02  # the cosine ends at this share of the peak
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", type=Path, default=Path("out/corrtrack"), help="folder for weights and the log")
-    p.add_argument("--minutes", type=float, default=8.0, help="training time budget (ignored with --steps)")
-    p.add_argument("--steps", type=int, default=0, help="train this many steps (0: use --minutes)")
-    p.add_argument("--batch-size", type=int, default=16, help="videos per step")
-    p.add_argument("--num-points", type=int, default=128)
-    p.add_argument("--num-frames", type=int, default=24)
-    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
-    p.add_argument("--weight-decay", type=float, default=1e-4)
-    p.add_argument("--warmup-steps", type=int, default=200)
-    p.add_argument("--huber-delta", type=float, default=HUBER_DELTA_PX,
-                   help="pixels where the position loss turns from quadratic to linear")
-    p.add_argument("--echo", type=int, default=1,
-                   help="steps per rendered batch: each reuse sees a random flip/transpose/time-reversed view")
-    p.add_argument("--resume", type=Path, default=None, help="start from these weights (safetensors + manifest)")
-    p.add_argument("--val-every", type=float, default=60.0, help="seconds between validations")
-    p.add_argument("--val-videos", type=int, default=32)
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="bf16", help="autocast dtype for training")
-    p.add_argument("--compile", action="store_true", help="torch.compile the network")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--texture-size", type=int, default=TEXTURE_SIZE)
 
 
 def lr_share(progress: float, step: int, warmup: int) -> float:
@@ -120,7 +95,7 @@ def validate(model: CorrTrackNet, batches: list[Any], device: torch.device, prec
     return {"aj": float(mean["aj"]), "delta_avg": float(mean["delta_avg"]), "oa": float(mean["oa"])}
 
 
-def run(args: argparse.Namespace) -> int:
+def train(args: argparse.Namespace) -> int:
     from engine.training.synthetic import SynthConfig, TextureBank, generate_batch
     from engine.training.synthetic.views import ALL_VIEWS, batch_view
 

@@ -83,28 +83,6 @@ def _precision_list(text: str) -> list[str]:
     return sorted(set(values), key=lambda p: (p != "fp32", values.index(p)))  # fp32 first: the reference
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("video", nargs="?", type=Path, help="video file or image folder (default: the bundled sample)")
-    p.add_argument("--tracker", default="corrtrack", help="corrtrack (default), lk, module:factory, or a plugin")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    p.add_argument("--precisions", default=DEFAULT_PRECISIONS, help=f"comma list (default {DEFAULT_PRECISIONS})")
-    p.add_argument("--points-per-batch", default=DEFAULT_POINTS_PER_BATCH, metavar="N[,N...]")
-    p.add_argument("--frames-per-batch", default=DEFAULT_FRAMES_PER_BATCH, metavar="M[,M...]")
-    q = p.add_mutually_exclusive_group()
-    q.add_argument("--queries", type=Path, metavar="Q.csv", help="queries CSV (default: the video's sidecar)")
-    q.add_argument("--grid", type=int, metavar="K", help="a K x K grid of queries on frame 0")
-    q.add_argument("--points", type=int, metavar="N", help="N pseudo-random queries on frame 0")
-    p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, help="warm-up runs per configuration")
-    p.add_argument("--repeat", type=int, default=DEFAULT_REPEAT, help="timed runs per configuration")
-    p.add_argument("--out", type=Path, metavar="DIR", help="write per-configuration reports and bench.json here")
-    p.add_argument("--diagnose", action="store_true", help="append the diagnosis (findings) to the output")
-    p.add_argument("--no-telemetry", action="store_true", help="do not sample GPU/CPU telemetry")
-    p.add_argument("--no-timing", action="store_true", help="no per-stage timing (wall time only)")
-    p.add_argument("--no-cost", action="store_true", help="skip the counted pass (FLOPs/bytes per stage)")
-    p.add_argument("--overhead", action="store_true",
-                   help="measure instrumentation overhead: timing+telemetry on vs off, alternating")
-
-
 @dataclass
 class BenchInput:
     """The frames, queries and (optional) ground truth a bench runs on."""
@@ -118,7 +96,7 @@ class BenchInput:
 
 def load_input(args: argparse.Namespace) -> BenchInput:
     """Decode the video and find its queries and ground truth (sidecars of the sample by default)."""
-    from engine.cli.common import SAMPLE_VIDEO, sidecar
+    from engine.core.paths import SAMPLE_VIDEO, ground_truth_sidecar, queries_sidecar
     from engine.io.trackio import grid_queries, load_ground_truth, read_queries_csv
     from engine.io.video import open_video
 
@@ -141,10 +119,10 @@ def load_input(args: argparse.Namespace) -> BenchInput:
         xy = rng.uniform([0, 0], [width - 1, height - 1], size=(args.points, 2))
         queries = np.concatenate([np.zeros((args.points, 1)), xy], axis=1).astype(np.float32)
         source = f"{args.points} random points"
-    elif sidecar(Path(video), ".queries.csv").exists():
-        csv_path = sidecar(Path(video), ".queries.csv")
+    elif queries_sidecar(video).exists():
+        csv_path = queries_sidecar(video)
         queries, source = read_queries_csv(csv_path), str(csv_path)
-        gt_path = sidecar(Path(video), ".gt.npz")
+        gt_path = ground_truth_sidecar(video)
         if gt_path.exists():
             ground_truth = load_ground_truth(gt_path)
             if len(ground_truth["tracks"]) != len(queries):
@@ -390,43 +368,3 @@ def write_outputs(out: Path, bench: Bench, findings: list[Any] | None, overhead:
     if overhead is not None:
         data["overhead"] = overhead
     return save_report(out / BENCH_FILE, data)
-
-
-def run(args: argparse.Namespace) -> int:
-    precisions = _precision_list(args.precisions)
-    points = _int_list(args.points_per_batch, "--points-per-batch")
-    frames = _int_list(args.frames_per_batch, "--frames-per-batch")
-    if args.warmup < 0 or args.repeat < 1:
-        raise UserError(f"--warmup must be >= 0 and --repeat >= 1, got {args.warmup} and {args.repeat}")
-    data = load_input(args)
-    bench = Bench(data, args.tracker, args.device, timing=not args.no_timing, telemetry=not args.no_telemetry,
-                  cost=not args.no_cost)
-    try:
-        print(f"trackscope bench: {args.tracker} on {bench.device}, video {data.info.get('path')} "
-              f"({data.frames.shape[0]} frames {data.frames.shape[2]}x{data.frames.shape[1]}), "
-              f"{len(data.queries)} queries ({data.source}), {args.warmup} warm-up + {args.repeat} runs",
-              file=sys.stderr)
-        overhead = None
-        if args.overhead:
-            config = RunConfig(tracker=args.tracker, device=args.device, precision=precisions[0],
-                               points_per_batch=points[0], frames_per_batch=frames[0])
-            overhead = bench.overhead(config, args.warmup, args.repeat)
-            print(f"instrumentation overhead ({config.label()}): on {overhead['on_ms_median']:.2f} ms, "
-                  f"off {overhead['off_ms_median']:.2f} ms, ratio {overhead['ratio']:.4f} "
-                  f"(target <= {OVERHEAD_TARGET:.2f}, {int(overhead['runs_each'])} runs each)")
-        else:
-            bench.sweep(precisions, points, frames, args.warmup, args.repeat)
-            print(format_table(bench.rows))
-        findings = None
-        if args.diagnose and bench.reports:
-            from engine.analysis.rules import diagnose_many, format_findings
-
-            findings = diagnose_many(bench.reports)
-            print("\nfindings:")
-            print(format_findings(findings))
-        if args.out is not None:
-            path = write_outputs(args.out, bench, findings, overhead)
-            print(f"trackscope bench: wrote {path}", file=sys.stderr)
-    finally:
-        bench.close()
-    return 0

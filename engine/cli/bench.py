@@ -1,0 +1,86 @@
+"""`trackscope bench`: a tracker over precisions x batch sizes, printed as a table, written as reports."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from engine.cli.common import add_tracker_arguments
+from engine.core.config import RunConfig
+from engine.core.errors import UserError
+from engine.workflows.bench import (
+    DEFAULT_FRAMES_PER_BATCH,
+    DEFAULT_POINTS_PER_BATCH,
+    DEFAULT_PRECISIONS,
+    DEFAULT_REPEAT,
+    DEFAULT_WARMUP,
+    OVERHEAD_TARGET,
+    Bench,
+    _int_list,
+    _precision_list,
+    format_table,
+    load_input,
+    write_outputs,
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("video", nargs="?", type=Path, help="video file or image folder (default: the bundled sample)")
+    add_tracker_arguments(p)
+    p.add_argument("--precisions", default=DEFAULT_PRECISIONS, help=f"comma list (default {DEFAULT_PRECISIONS})")
+    p.add_argument("--points-per-batch", default=DEFAULT_POINTS_PER_BATCH, metavar="N[,N...]")
+    p.add_argument("--frames-per-batch", default=DEFAULT_FRAMES_PER_BATCH, metavar="M[,M...]")
+    q = p.add_mutually_exclusive_group()
+    q.add_argument("--queries", type=Path, metavar="Q.csv", help="queries CSV (default: the video's sidecar)")
+    q.add_argument("--grid", type=int, metavar="K", help="a K x K grid of queries on frame 0")
+    q.add_argument("--points", type=int, metavar="N", help="N pseudo-random queries on frame 0")
+    p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, help="warm-up runs per configuration")
+    p.add_argument("--repeat", type=int, default=DEFAULT_REPEAT, help="timed runs per configuration")
+    p.add_argument("--out", type=Path, metavar="DIR", help="write per-configuration reports and bench.json here")
+    p.add_argument("--diagnose", action="store_true", help="append the diagnosis (findings) to the output")
+    p.add_argument("--no-telemetry", action="store_true", help="do not sample GPU/CPU telemetry")
+    p.add_argument("--no-timing", action="store_true", help="no per-stage timing (wall time only)")
+    p.add_argument("--no-cost", action="store_true", help="skip the counted pass (FLOPs/bytes per stage)")
+    p.add_argument("--overhead", action="store_true",
+                   help="measure instrumentation overhead: timing+telemetry on vs off, alternating")
+
+
+def run(args: argparse.Namespace) -> int:
+    precisions = _precision_list(args.precisions)
+    points = _int_list(args.points_per_batch, "--points-per-batch")
+    frames = _int_list(args.frames_per_batch, "--frames-per-batch")
+    if args.warmup < 0 or args.repeat < 1:
+        raise UserError(f"--warmup must be >= 0 and --repeat >= 1, got {args.warmup} and {args.repeat}")
+    data = load_input(args)
+    bench = Bench(data, args.tracker, args.device, timing=not args.no_timing, telemetry=not args.no_telemetry,
+                  cost=not args.no_cost)
+    try:
+        print(f"trackscope bench: {args.tracker} on {bench.device}, video {data.info.get('path')} "
+              f"({data.frames.shape[0]} frames {data.frames.shape[2]}x{data.frames.shape[1]}), "
+              f"{len(data.queries)} queries ({data.source}), {args.warmup} warm-up + {args.repeat} runs",
+              file=sys.stderr)
+        overhead = None
+        if args.overhead:
+            config = RunConfig(tracker=args.tracker, device=args.device, precision=precisions[0],
+                               points_per_batch=points[0], frames_per_batch=frames[0])
+            overhead = bench.overhead(config, args.warmup, args.repeat)
+            print(f"instrumentation overhead ({config.label()}): on {overhead['on_ms_median']:.2f} ms, "
+                  f"off {overhead['off_ms_median']:.2f} ms, ratio {overhead['ratio']:.4f} "
+                  f"(target <= {OVERHEAD_TARGET:.2f}, {int(overhead['runs_each'])} runs each)")
+        else:
+            bench.sweep(precisions, points, frames, args.warmup, args.repeat)
+            print(format_table(bench.rows))
+        findings = None
+        if args.diagnose and bench.reports:
+            from engine.analysis.rules import diagnose_many, format_findings
+
+            findings = diagnose_many(bench.reports)
+            print("\nfindings:")
+            print(format_findings(findings))
+        if args.out is not None:
+            path = write_outputs(args.out, bench, findings, overhead)
+            print(f"trackscope bench: wrote {path}", file=sys.stderr)
+    finally:
+        bench.close()
+    return 0

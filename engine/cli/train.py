@@ -1,0 +1,38 @@
+"""`trackscope train`: train CorrTrack on synthetic videos (a GPU is strongly advised)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from engine.training.corrtrack import TEXTURE_SIZE, train
+from engine.training.losses import HUBER_DELTA_PX
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, default=Path("out/corrtrack"), help="folder for weights and the log")
+    p.add_argument("--minutes", type=float, default=8.0, help="training time budget (ignored with --steps)")
+    p.add_argument("--steps", type=int, default=0, help="train this many steps (0: use --minutes)")
+    p.add_argument("--batch-size", type=int, default=16, help="videos per step")
+    p.add_argument("--num-points", type=int, default=128)
+    p.add_argument("--num-frames", type=int, default=24)
+    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
+    p.add_argument("--weight-decay", type=float, default=1e-4)
+    p.add_argument("--warmup-steps", type=int, default=200)
+    p.add_argument("--huber-delta", type=float, default=HUBER_DELTA_PX,
+                   help="pixels where the position loss turns from quadratic to linear")
+    p.add_argument("--echo", type=int, default=1,
+                   help="steps per rendered batch: each reuse sees a random flip/transpose/time-reversed view")
+    p.add_argument("--resume", type=Path, default=None, help="start from these weights (safetensors + manifest)")
+    p.add_argument("--val-every", type=float, default=60.0, help="seconds between validations")
+    p.add_argument("--val-videos", type=int, default=32)
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="bf16", help="autocast dtype for training")
+    p.add_argument("--compile", action="store_true", help="torch.compile the network")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--texture-size", type=int, default=TEXTURE_SIZE)
+
+
+
+def run(args: argparse.Namespace) -> int:
+    return train(args)
