@@ -121,9 +121,9 @@ def json_copy(value: Any, path: str, depth: int = 0) -> Any:
     raise fail(path, "a JSON value", value)
 
 
-def number_array(value: Any, path: str, ndim: int, nullable: bool = True, dtype: Any = np.float64,
-                 max_values: int = MAX_ARRAY_VALUES) -> np.ndarray:
-    """Nested JSON lists of numbers as an array of ndim axes; null (or NaN) is NaN where nullable.
+def number_array(value: Any, path: str, ndim: int, nullable: bool = True, dtype: Any = np.float64
+                 ) -> np.ndarray:
+    """Nested JSON lists of numbers as an array of ndim axes; null (or NaN, inf) is NaN where nullable.
 
     An empty list is shape [0] * ndim. bools are refused; ragged lists are refused.
     """
@@ -138,8 +138,7 @@ def number_array(value: Any, path: str, ndim: int, nullable: bool = True, dtype:
         return np.zeros((0,) * ndim, dtype=dtype)
     if arr.ndim != ndim:
         raise fail(path, f"a regular {ndim}-axis list of numbers (found {arr.ndim} axes)", value)
-    if arr.size > max_values:
-        raise ReportError(f"{path} holds {arr.size} values, more than the {max_values} a report may have")
+    _check_size(arr, path)
     flat = arr.reshape(-1)
     kinds = set(map(type, flat))
     allowed = {int, float, type(None)} if nullable else {int, float}
@@ -151,8 +150,14 @@ def number_array(value: Any, path: str, ndim: int, nullable: bool = True, dtype:
     if type(None) in kinds:
         flat = np.where(np.equal(flat, None), np.nan, flat)
     out = np.asarray(flat.astype(np.float64).reshape(arr.shape))
-    if not nullable and not np.isfinite(out).all():
-        raise fail(path, "a list of finite numbers", value)
+    finite = np.isfinite(out)
+    if not finite.all():
+        if not nullable:
+            raise fail(path, "a list of finite numbers", value)
+        out[~finite] = np.nan  # NaN and inf stand where null could: they mean null
+    limit = np.finfo(dtype).max
+    if limit < np.finfo(np.float64).max and np.abs(out[finite]).max(initial=0.0) > limit:
+        raise fail(path, f"a list of numbers within +-{limit:.3g}", value)
     return out.astype(dtype, copy=False)
 
 
@@ -169,12 +174,16 @@ def bool_array(value: Any, path: str, ndim: int) -> np.ndarray:
         return np.zeros((0,) * ndim, dtype=bool)
     if arr.ndim != ndim:
         raise fail(path, f"a regular {ndim}-axis list of 0/1 (found {arr.ndim} axes)", value)
-    if arr.size > MAX_ARRAY_VALUES:
-        raise ReportError(f"{path} holds {arr.size} values, more than the {MAX_ARRAY_VALUES} a report may have")
+    _check_size(arr, path)
     flat = arr.reshape(-1)
     if not set(map(type, flat)) <= {int, bool} or not all(v in (0, 1) for v in flat):
         raise fail(path, "a list of 0/1 or true/false", value)
     return flat.astype(bool).reshape(arr.shape)
+
+
+def _check_size(arr: np.ndarray, path: str) -> None:
+    if arr.size > MAX_ARRAY_VALUES:
+        raise ReportError(f"{path} holds {arr.size} values, more than the {MAX_ARRAY_VALUES} a report may have")
 
 
 def _check_leaf_depth(value: Any, path: str, ndim: int) -> None:
