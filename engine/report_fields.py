@@ -85,6 +85,7 @@ def integer_value(value: Any, path: str, nullable: bool = False, minimum: int | 
 
 
 def string_value(value: Any, path: str, nullable: bool = False) -> str | None:
+    """A string; None for null where nullable."""
     if value is None and nullable:
         return None
     if not isinstance(value, str):
@@ -208,6 +209,7 @@ class Fields:
         self._read: set[str] = set()
 
     def at(self, key: str) -> str:
+        """The path of key in this object."""
         return join(self.path, key)
 
     def raw(self, key: str, required: bool = False) -> Any:
@@ -218,9 +220,6 @@ class Fields:
                 raise ReportError(f"{self.at(key)} is missing")
             return None
         return self.data[key]
-
-    def has(self, key: str) -> bool:
-        return key in self.data and self.data[key] is not None
 
     def number(self, key: str, default: float | None = None, minimum: float | None = None) -> float:
         """A required finite number (or default when missing/null and a default is given)."""
@@ -234,12 +233,14 @@ class Fields:
         return number_value(self.raw(key), self.at(key), nullable=True, minimum=minimum)
 
     def integer(self, key: str, default: int | None = None, minimum: int | None = None) -> int:
+        """A required whole number (or default when missing/null and a default is given)."""
         value = self.raw(key, required=default is None)
         if value is None and default is not None:
             return default
         return integer_value(value, self.at(key), minimum=minimum)
 
     def opt_integer(self, key: str, minimum: int | None = None) -> int | None:
+        """A whole number, None when missing or null."""
         return integer_value(self.raw(key), self.at(key), nullable=True, minimum=minimum)
 
     def string(self, key: str, default: str | None = None) -> str:
@@ -250,9 +251,11 @@ class Fields:
         return string_value(value, self.at(key))
 
     def opt_string(self, key: str) -> str | None:
+        """A string, None when missing or null."""
         return string_value(self.raw(key), self.at(key), nullable=True)
 
     def boolean(self, key: str, default: bool) -> bool:
+        """true/false (default when missing or null)."""
         value = self.raw(key)
         if value is None:
             return default
@@ -261,6 +264,7 @@ class Fields:
         return value
 
     def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
+        """One of choices (default when missing or null)."""
         value = self.string(key, default)
         if value not in choices:
             raise fail(self.at(key), "one of " + ", ".join(choices), value)
@@ -285,6 +289,7 @@ class Fields:
         return ((join(self.at(key), i), item) for i, item in enumerate(value))
 
     def strings(self, key: str, max_items: int, required: bool = False) -> tuple[str, ...]:
+        """The list of strings at key (empty when optional and missing/null)."""
         return tuple(string_value(item, path) for path, item in self.items(key, max_items, required))
 
     def number_map(self, key: str, nullable: bool = False) -> dict[str, float | None]:
@@ -295,6 +300,7 @@ class Fields:
         return {name: number_value(v, sub.at(name), nullable=nullable) for name, v in sub.data.items()}
 
     def string_map(self, key: str) -> dict[str, str]:
+        """{name: string} at key ({} when missing or null)."""
         sub = self.obj(key, required=False)
         if sub is None:
             return {}
