@@ -1,0 +1,107 @@
+"""Report and bench files on disk: read (size-limited, clear errors), load as typed values, save atomically.
+
+Every load goes through the migration chain (engine.report_migrate) and the typed schema
+(engine.report_schema); a problem raises ReportError naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .errors import ReportError
+from .report_fields import to_json
+from .report_migrate import BENCH_FORMAT
+from .report_schema import BenchFile, Report
+
+#: a report or bench file larger than this is refused before it is read (bytes)
+MAX_FILE_BYTES = 512 * 2**20
+
+
+def _parse_constant(name: str) -> float:
+    """JSON's non-standard NaN/Infinity literals, read as floats (the schema treats them as null)."""
+    return float(name.lower().replace("infinity", "inf"))
+
+
+def read_json(path: str | Path, max_bytes: int = MAX_FILE_BYTES) -> Any:
+    """The decoded JSON of a file; ReportError when missing, too large, empty, unreadable or not JSON."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if path.is_dir():
+            raise ReportError(f"report {path} is a folder, not a file")
+        if size > max_bytes:
+            raise ReportError(f"report {path} is {size / 2**20:.0f} MiB, more than the {max_bytes / 2**20:.0f} MiB "
+                              "a report may be", "is it a trackscope report?")
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ReportError(f"report {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReportError(f"report {path} cannot be read: {exc}") from None
+    if not text.strip():
+        raise ReportError(f"report {path} is empty")
+    try:
+        return json.loads(text, parse_constant=_parse_constant)
+    except json.JSONDecodeError as exc:
+        raise ReportError(f"report {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
+                          "the file may be truncated or not a trackscope report") from None
+    except RecursionError:
+        raise ReportError(f"report {path} is nested too deeply to be a trackscope report") from None
+
+
+def _in_file(kind: str, path: str | Path, exc: ReportError) -> ReportError:
+    """The error with the file named in front: 'report run.json: runs[3].wall_ms should be ...'."""
+    return ReportError(f"{kind} {path}: {exc.message}", exc.suggestion)
+
+
+def load_report(path: str | Path) -> Report:
+    """One run report from a report file."""
+    data = read_json(path)
+    try:
+        return Report.from_dict(data)
+    except ReportError as exc:
+        raise _in_file("report", path, exc) from None
+
+
+def load_bench(path: str | Path) -> BenchFile:
+    """A bench file (its reports, table, overhead)."""
+    data = read_json(path)
+    try:
+        return BenchFile.from_dict(data)
+    except ReportError as exc:
+        raise _in_file("bench file", path, exc) from None
+
+
+def load_reports(path: str | Path) -> list[Report]:
+    """The reports of a file: the one of a report file, or all of a bench file's."""
+    data = read_json(path)
+    is_bench = isinstance(data, dict) and data.get("format") == BENCH_FORMAT
+    try:
+        return list(BenchFile.from_dict(data).reports) if is_bench else [Report.from_dict(data)]
+    except ReportError as exc:
+        raise _in_file("bench file" if is_bench else "report", path, exc) from None
+
+
+def save(value: Report | BenchFile | dict[str, Any], path: str | Path) -> Path:
+    """Write a report or bench file as JSON, atomically (temp file in the same folder, fsync, rename).
+
+    NaN and inf become null. A plain dict is written as given (after the same JSON conversion).
+    """
+    path = Path(path)
+    data = to_json(value.to_dict() if isinstance(value, (Report, BenchFile)) else value)
+    text = json.dumps(data, allow_nan=False, separators=(",", ":"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
