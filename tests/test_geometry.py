@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.geometry import VideoGeometry
-from engine.video import DEFAULT_MAX_SIDE, fit_within, query_scale
+from engine.io.geometry import VideoGeometry
+from engine.io.video import DEFAULT_MAX_SIDE, fit_within, query_scale
 
 WIDE_SOURCE = (4200, 64)  # over the reader's max side: decoded 4096 wide
 

@@ -11,16 +11,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import report as v1_report
-from engine import report_fields
-from engine.config import RunConfig
-from engine.cost import count_session_cost
-from engine.errors import ReportError
-from engine.report import RunRecorder, report_label, report_tracks, run_ms, save_report
-from engine.report_files import load_bench, load_report, load_reports, read_json, save
-from engine.report_migrate import REPORT_VERSION, migrate
-from engine.report_schema import BenchFile, Report
-from engine.session import Session
+from engine.analysis.cost import count_session_cost
+from engine.core.config import RunConfig
+from engine.core.errors import ReportError
+from engine.report import fields as report_fields
+from engine.report import recorder as v1_report
+from engine.report.files import load_bench, load_report, load_reports, read_json, save
+from engine.report.migrate import REPORT_VERSION, migrate
+from engine.report.recorder import RunRecorder, report_label, report_tracks, run_ms, save_report
+from engine.report.schema import BenchFile, Report
+from engine.run.session import Session
 from tests.helpers import ConstantVelocityTracker, moving_square_video
 
 DATA = Path(__file__).parent / "data" / "h200"

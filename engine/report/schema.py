@@ -1,7 +1,7 @@
 """The run report and the bench file as typed, frozen values: read once (any version, migrated), written as v2.
 
 ``Report.from_dict`` runs decoded JSON through ``report_migrate.migrate`` to REPORT_VERSION, then reads
-every part with its type checked (engine.report_parts); a problem raises ReportError naming the field's
+every part with its type checked (engine.report.parts); a problem raises ReportError naming the field's
 path. ``to_dict`` writes version 2: measurements only (no roofline, no findings as current; the
 findings of older files are ``recorded_findings``). The accessors here are the one owner of questions
 readers keep asking a report: its typical run, the device it ran on, its telemetry, its tracks.
@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from .config import RunConfig
-from .errors import ReportError
-from .report_fields import Fields, fail
-from .report_migrate import BENCH_FORMAT, REPORT_FORMAT, REPORT_VERSION, file_version, migrate
-from .report_parts import (
+from engine.core.config import RunConfig
+from engine.core.errors import ReportError
+from engine.report.fields import Fields, fail
+from engine.report.migrate import BENCH_FORMAT, REPORT_FORMAT, REPORT_VERSION, file_version, migrate
+from engine.report.parts import (
     MAX_RUNS,
     MAX_STAGES,
     Accuracy,

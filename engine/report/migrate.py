@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .errors import ReportError
-from .report_fields import describe
+from engine.core.errors import ReportError
+from engine.report.fields import describe
 
 REPORT_FORMAT = "trackscope-report"
 BENCH_FORMAT = "trackscope-bench"

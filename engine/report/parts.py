@@ -4,7 +4,7 @@ Each part's ``from_dict(data, path)`` checks the type of every field it reads an
 naming the field's path (``runs[3].batches[0].stage_ms.backbone should be a number, found 'abc'``); keys
 it does not know are kept in its ``extra`` (or ``details``) and written back by ``to_dict``, so nothing
 in a file is lost. Arrays (tracks, telemetry) stay numpy inside; coordinates are in SOURCE pixels.
-The whole report is engine.report_schema.Report.
+The whole report is engine.report.schema.Report.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from .config import RunConfig
-from .errors import ReportError
-from .geometry import VideoGeometry
-from .report_fields import Fields, bool_array, fail, integer_value, number_array, to_json
+from engine.core.config import RunConfig
+from engine.core.errors import ReportError
+from engine.io.geometry import VideoGeometry
+from engine.report.fields import Fields, bool_array, fail, integer_value, number_array, to_json
 
 #: most runs, batches per run, stages, findings, warnings a report may hold
 MAX_RUNS = 100_000

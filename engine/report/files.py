@@ -1,7 +1,7 @@
 """Report and bench files on disk: read (size-limited, clear errors), load as typed values, save atomically.
 
-Every load goes through the migration chain (engine.report_migrate) and the typed schema
-(engine.report_schema); a problem raises ReportError naming the file and the field.
+Every load goes through the migration chain (engine.report.migrate) and the typed schema
+(engine.report.schema); a problem raises ReportError naming the file and the field.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .errors import ReportError
-from .report_fields import to_json
-from .report_migrate import BENCH_FORMAT
-from .report_schema import BenchFile, Report
+from engine.core.errors import ReportError
+from engine.report.fields import to_json
+from engine.report.migrate import BENCH_FORMAT
+from engine.report.schema import BenchFile, Report
 
 #: a report or bench file larger than this is refused before it is read (bytes)
 MAX_FILE_BYTES = 512 * 2**20

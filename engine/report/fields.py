@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ReportError
+from engine.core.errors import ReportError
 
 #: opaque JSON nested deeper than this is refused (a report's own structure is far shallower)
 MAX_DEPTH = 64
