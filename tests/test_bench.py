@@ -9,10 +9,11 @@ import cv2
 import numpy as np
 import pytest
 
+from engine.analysis.analyse import analyse_many
 from engine.cli import main
 from engine.core.config import RunConfig
 from engine.io.trackio import write_queries_csv
-from engine.report.recorder import load_report, load_reports
+from engine.report.files import load_bench, load_report, load_reports
 from engine.workflows.bench import Bench, BenchInput, format_table
 from tests.helpers import moving_square_video
 
@@ -53,18 +54,19 @@ def test_bench_cli_writes_table_reports_and_bench_file(video, tmp_path, capsys):
     assert "1.00x" in fp32 and "AJ " in fp32  # ground truth from the sidecar
     assert "findings:" in text
     reports = load_reports(out / "bench.json")
-    assert [r["label"] for r in reports] == ["lk fp32 p2 f16", "lk bf16 p2 f16", "lk fp32 p4 f16", "lk bf16 p4 f16"]
+    assert [r.label for r in reports] == ["lk fp32 p2 f16", "lk bf16 p2 f16", "lk fp32 p4 f16", "lk bf16 p4 f16"]
     for r in reports:
-        warm = [run for run in r["runs"] if not run["cold"]]
-        assert len(warm) == 2 and r["totals"]["warm_ms_median"] > 0
-        assert r["accuracy"]["vs"] == "ground truth" and 0.0 <= r["accuracy"]["aj"] <= 1.0
-        assert r["telemetry"] is not None and "process_cpu_pct" in r["telemetry"]["metrics"]
-        assert r["cost"] is not None
+        assert len(r.warm_runs) == 2 and r.totals.warm_ms_median > 0
+        assert r.accuracy.vs == "ground truth" and 0.0 <= r.accuracy.aj <= 1.0
+        assert r.telemetry is not None and "process_cpu_pct" in r.telemetry.metrics
+        assert r.work and r.queries_source and r.video.geometry is not None
     bench = json.loads((out / "bench.json").read_text())
-    assert bench["format"] == "trackscope-bench" and len(bench["table"]) == 6
-    assert "findings" in bench
+    assert bench["format"] == "trackscope-bench" and bench["version"] == 2 and len(bench["table"]) == 6
+    assert "findings" not in bench and bench["recorded_findings"] == []  # measurements only
+    analysis = analyse_many(load_bench(out / "bench.json").reports)  # the findings are derived on load
+    assert len(analysis.costs) == 4 and all(c is not None for c in analysis.costs)
     row = bench["table"][0]
-    assert row["report_file"] and load_report(out / row["report_file"])["label"] == "lk fp32 p2 f16"
+    assert row["report_file"] and load_report(out / row["report_file"]).label == "lk fp32 p2 f16"
     assert row["ms_p10"] <= row["ms_median"] <= row["ms_p90"]
 
 
@@ -81,11 +83,12 @@ def test_bench_plugin_divergence_vs_fp32_and_table():
     assert fp32.speedup == 1.0 and bf16.speedup is not None and bf16.speedup > 0
     assert "px vs fp32" in bf16.accuracy and "px vs fp32" in tf32.accuracy
     assert "IEEE fp32" in tf32.note  # the gate's reason shows in the table
-    assert bench.reports[1]["accuracy"]["vs"] == "fp32"
-    assert bench.reports[0]["tracker"]["plugin"] is True
+    assert bench.reports[1].accuracy.vs == "fp32"
+    assert bench.reports[0].tracker.details["plugin"] is True
     table = format_table(rows)
     assert table.splitlines()[0].startswith("config") and len(table.splitlines()) == 2 + 3
-    assert RunConfig.from_dict(bench.reports[2]["config"]).precision == "tf32"
+    assert bench.reports[2].config == RunConfig.from_dict(bench.reports[2].to_dict()["config"])
+    assert bench.reports[2].precision == "tf32"
 
 
 def test_bench_overhead_mode(video, tmp_path, capsys):

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from engine import cli
 from engine.analysis.compare import FLAG_MIN_EXCESS_SHARE, FLAG_RATIO, compare_reports, format_compare
-from engine.analysis.cost import cost_section
+from engine.analysis.roofline import report_cost
 from engine.analysis.whatif import format_projection, project
 from engine.core.errors import UserError
-from engine.report.recorder import save_report, validate_report
+from engine.report.files import save
+from engine.report.schema import Report
 
 A100 = {"gpu": {"name": "NVIDIA A100-SXM4-80GB", "compute_capability": [8, 0]}}
 T4 = {"gpu": {"name": "Tesla T4", "compute_capability": [7, 5]}}
@@ -17,21 +20,20 @@ GMM = 1e9  # a unit of work: 1 GFLOP
 
 
 def synthetic_report(environment: dict, precision: str, stages: dict[str, tuple[float, float, float]],
-                     findings: list | None = None) -> dict:
-    """A valid report whose stages are {name: (ms, flops, bytes)}; the cost block is computed for real."""
+                     findings: list | None = None) -> Report:
+    """A valid report whose stages are {name: (ms, flops, bytes)}; the roofline is derived on load."""
     stage_ms = {name: ms for name, (ms, _, _) in stages.items()}
     costs = {name: {"flops": f, "bytes": b, "ops": 10, "precision": "tf32" if precision == "tf32" and f else
                     (precision if f else "fp32")} for name, (_, f, b) in stages.items()}
     report = {
-        "format": "trackscope-report", "version": 1, "environment": environment,
+        "format": "trackscope-report", "version": 2, "environment": environment,
         "config": {"tracker": "synthetic", "device": "cuda", "precision": precision, "points_per_batch": 256,
                    "frames_per_batch": 16},
         "stages": list(stages), "runs": [{"stage_ms": stage_ms, "batches": [], "cold": False, "wall_ms": 0}],
         "totals": {"stage_ms": stage_ms, "warm_ms_median": sum(stage_ms.values()), "cold_ms": None},
-        "cost": cost_section(costs, stage_ms, environment, precision),
-        "findings": findings or [],
+        "work": costs, "recorded_findings": findings or [],
     }
-    return validate_report(report)
+    return Report.from_dict(report)
 
 
 # A100 fp32: a compute-bound backbone at 50 % of 19.5 TFLOP/s, a memory-bound cost volume at 50 % of
@@ -41,7 +43,7 @@ COST_VOLUME = (2 * GMM / (0.5 * 2039e9) * 1e3, 0.2 * GMM, 2 * GMM)
 REFINE = (5.0, 0.001 * GMM, 0.01 * GMM)
 
 
-def a100_report(precision: str = "fp32") -> dict:
+def a100_report(precision: str = "fp32") -> Report:
     backbone = BACKBONE
     if precision == "tf32":  # the same work, at 50 % of the TF32 peak
         backbone = (100 * GMM / (0.5 * 156e12) * 1e3, 100 * GMM, 0.1 * GMM)
@@ -50,11 +52,11 @@ def a100_report(precision: str = "fp32") -> dict:
 
 
 def test_a100_stages_are_classified():
-    stages = a100_report()["cost"]["stages"]
-    assert stages["backbone"]["bound"] == "compute"
-    assert stages["cost_volume"]["bound"] == "memory"
-    assert stages["refine"]["bound"] == "latency"
-    assert stages["backbone"]["pct_of_roofline"] == pytest.approx(50.0)
+    stages = report_cost(a100_report()).stages
+    assert stages["backbone"].bound == "compute"
+    assert stages["cost_volume"].bound == "memory"
+    assert stages["refine"].bound == "latency"
+    assert stages["backbone"].pct_of_roofline == pytest.approx(50.0)
 
 
 def test_whatif_a100_to_t4_fp32_vs_tf32():
@@ -85,13 +87,12 @@ def test_whatif_bf16_on_t4_is_emulated_and_unknown_gpu_is_refused():
 
 
 def test_whatif_needs_a_cost_model():
-    report = a100_report()
-    report["cost"] = None
+    report = dataclasses.replace(a100_report(), work={})
     with pytest.raises(UserError, match="no cost model"):
         project(report, "Tesla T4")
 
 
-def t4_report_with_planted_170x() -> dict:
+def t4_report_with_planted_170x() -> Report:
     """The T4 run: backbone and cost volume as the specs say, refine 170x slower than on the A100."""
     backbone = (BACKBONE[0] * 19.5 / 8.1, BACKBONE[1], BACKBONE[2])
     cost_volume = (COST_VOLUME[0] * 2039 / 320, COST_VOLUME[1], COST_VOLUME[2])
@@ -118,12 +119,14 @@ def test_compare_flags_the_planted_170x_stage():
     refine_line = next(line for line in text.splitlines() if line.startswith("refine"))
     assert "170x" in refine_line and "<< B" in refine_line
     assert "backbone" in text and "<<" not in next(ln for ln in text.splitlines() if ln.startswith("backbone"))
-    assert "bf16 is emulated on this GPU" in text  # findings of B are listed
+    assert "bf16 is emulated on this GPU" in text  # B's recorded finding, that today's rules do not give
+    assert "findings recorded in B, no longer given by today's rules:" in text
+    assert result["recorded"]["b"][0]["rule"] == "bf16_emulated" and result["recorded"]["a"] == []
 
 
 def test_compare_cli(tmp_path, capsys):
-    a = save_report(tmp_path / "a.json", a100_report())
-    b = save_report(tmp_path / "b.json", t4_report_with_planted_170x())
+    a = save(a100_report(), tmp_path / "a.json")
+    b = save(t4_report_with_planted_170x(), tmp_path / "b.json")
     assert cli.main(["compare", str(a), str(b), "--json", str(tmp_path / "cmp.json")]) == 0
     out = capsys.readouterr().out
     assert "refine" in out and "<< B" in out and (tmp_path / "cmp.json").exists()
@@ -140,7 +143,7 @@ def test_whatif_latency_bound_stage_is_floored_by_the_target_roof():
     h200 = {"gpu": {"name": "NVIDIA H200", "compute_capability": [9, 0]}}
     # 10 GFLOP in 1 ms at tf32: 2 % of the H200's 495 TFLOP/s -> latency bound; the T4 (fp32, 8.1) needs 1.23 ms
     report = synthetic_report(h200, "tf32", {"head": (1.0, 10 * GMM, 0.001 * GMM), "tiny": (1.0, 1e6, 1e6)})
-    assert report["cost"]["stages"]["head"]["bound"] == "latency"
+    assert report_cost(report).stages["head"].bound == "latency"
     result = project(report, "Tesla T4")
     assert result["stages"]["head"]["projected_ms"] == pytest.approx(10 * GMM / 8.1e12 * 1e3)
     assert result["stages"]["tiny"]["projected_ms"] == 1.0  # launches stay
@@ -153,4 +156,4 @@ def test_compare_does_not_flag_a_trivial_stage():
                                       "download": (0.2, 0, 1e6)})
     rows = {r["stage"]: r for r in compare_reports(a, b)["stages"]}
     assert rows["download"]["beyond_specs"] > FLAG_RATIO and rows["download"]["flag"] == ""
-    assert rows["download"]["excess_ms"] < FLAG_MIN_EXCESS_SHARE * b["totals"]["warm_ms_median"]
+    assert rows["download"]["excess_ms"] < FLAG_MIN_EXCESS_SHARE * b.totals.warm_ms_median

@@ -414,7 +414,7 @@ def test_counting_mode_runs_eagerly_so_the_cost_model_sees_every_op() -> None:
     tracker.track = spy
     costs = count_session_cost(frames, queries, RunConfig(tracker="corrtrack", device="cpu"), tracker=tracker)
     for stage in ("backbone", "cost_volume", "refine"):
-        assert costs[stage]["flops"] > 0 and costs[stage]["bytes"] > 0
+        assert costs[stage].flops > 0 and costs[stage].bytes > 0
     assert graphs_seen and not any(graphs_seen)
     assert tracker.cuda_graphs is True
 

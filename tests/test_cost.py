@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 
@@ -9,9 +10,12 @@ import pytest
 import torch
 
 from engine.analysis import cost
-from engine.analysis.cost import LATENCY_FRACTION, UNSTAGED, CostCounter, cost_section, count_cost, roofline
+from engine.analysis.cost import UNSTAGED, CostCounter, count_cost
+from engine.analysis.roofline import LATENCY_FRACTION, device_spec, report_cost, roofline
 from engine.core.precision import precision_context
 from engine.core.stages import StageTimer
+from engine.report.parts import Environment, StageWork
+from engine.report.schema import Report
 from engine.telemetry.environment import capture_environment
 
 # hand counts: a conv is 2 x N x Cout x Hout x Wout x Cin x k x k; a matmul [m, k] @ [k, n] is 2 m k n
@@ -52,20 +56,20 @@ def run_counted(timer: StageTimer | None = None, precision: str = "fp32") -> dic
 
 def test_flops_match_hand_count_for_conv_and_matmul():
     result = run_counted()
-    assert result["backbone"]["flops"] == CONV_FLOPS
-    assert result["head"]["flops"] == MM_FLOPS
+    assert result["backbone"].flops == CONV_FLOPS
+    assert result["head"].flops == MM_FLOPS
     conv_bytes = FP32_BYTES * (CONV_N * CONV_CIN * CONV_HW**2 + CONV_COUT * CONV_CIN * CONV_K**2
                                + CONV_N * CONV_COUT * CONV_HW**2)
-    assert result["backbone"]["bytes"] == conv_bytes
-    assert result["head"]["bytes"] == FP32_BYTES * (MM_M * MM_K + MM_K * MM_N + MM_M * MM_N)
-    assert result["decode"] == {"flops": 0, "bytes": 0, "ops": 0, "precision": "fp32"}
+    assert result["backbone"].bytes == conv_bytes
+    assert result["head"].bytes == FP32_BYTES * (MM_M * MM_K + MM_K * MM_N + MM_M * MM_N)
+    assert result["decode"] == StageWork(flops=0, bytes=0, ops=0, precision="fp32")
     # the two sums run outside any stage
-    assert result[UNSTAGED]["flops"] == 0 and result[UNSTAGED]["ops"] >= 2
+    assert result[UNSTAGED].flops == 0 and result[UNSTAGED].ops >= 2
 
 
 def test_counting_works_with_timing_disabled():
     result = run_counted(StageTimer("cpu", enabled=False))
-    assert result["backbone"]["flops"] == CONV_FLOPS and result["head"]["flops"] == MM_FLOPS
+    assert result["backbone"].flops == CONV_FLOPS and result["head"].flops == MM_FLOPS
 
 
 def test_nested_stages_book_to_the_innermost():
@@ -77,7 +81,7 @@ def test_nested_stages_book_to_the_innermost():
             a @ b
             a @ b
     result = counter.result()
-    assert result["outer"]["flops"] == 2 * 8**3 and result["inner"]["flops"] == 2 * 2 * 8**3
+    assert result["outer"].flops == 2 * 8**3 and result["inner"].flops == 2 * 2 * 8**3
 
 
 def test_other_threads_are_not_counted():
@@ -97,13 +101,13 @@ def test_other_threads_are_not_counted():
         torch.randn(4, 4) @ torch.randn(4, 4)
     assert done.is_set()
     result = counter.result()
-    assert "foreign" not in result and result["mine"]["flops"] == 2 * 4**3
+    assert "foreign" not in result and result["mine"].flops == 2 * 4**3
 
 
 def test_stage_precision_follows_the_dtype_the_flops_ran_in():
-    assert run_counted(precision="bf16")["backbone"]["precision"] == "bf16"
-    assert run_counted(precision="bf16")["decode"]["precision"] == "fp32"  # no FLOPs: not half
-    assert run_counted(precision="tf32")["head"]["precision"] == "tf32"
+    assert run_counted(precision="bf16")["backbone"].precision == "bf16"
+    assert run_counted(precision="bf16")["decode"].precision == "fp32"  # no FLOPs: not half
+    assert run_counted(precision="tf32")["head"].precision == "tf32"
 
 
 
@@ -112,8 +116,8 @@ def test_autocast_casts_are_counted_as_bytes_moved():
     bf16_bytes = 2
     casts = (FP32_BYTES + bf16_bytes) * (MM_M * MM_K + MM_K * MM_N)  # read fp32, write bf16, both operands
     matmul = bf16_bytes * (MM_M * MM_K + MM_K * MM_N + MM_M * MM_N)
-    assert half["flops"] == MM_FLOPS and half["bytes"] == casts + matmul
-    assert half["ops"] == 3  # two casts and the matmul
+    assert half.flops == MM_FLOPS and half.bytes == casts + matmul
+    assert half.ops == 3  # two casts and the matmul
 
 
 def test_real_views_move_no_bytes_but_copies_do():
@@ -125,8 +129,8 @@ def test_real_views_move_no_bytes_but_copies_do():
         with timer.stage("copy"):
             x.t().reshape(32)  # not viewable: reshape copies
     result = counter.result()
-    assert result["views"]["bytes"] == 0
-    assert result["copy"]["bytes"] == 2 * FP32_BYTES * x.numel()
+    assert result["views"].bytes == 0
+    assert result["copy"].bytes == 2 * FP32_BYTES * x.numel()
 
 
 def test_count_cost_is_cached_per_key():
@@ -142,7 +146,7 @@ def test_count_cost_is_cached_per_key():
     cost.clear_cache()
     first = count_cost(key, work)
     second = count_cost(key, work)
-    assert calls == [1] and first == second and first["x"]["ops"] == 2  # ones, add
+    assert calls == [1] and first == second and first["x"].ops == 2  # ones, add
 
 
 # -- roofline ---------------------------------------------------------------------------------
@@ -152,42 +156,47 @@ PEAK_BW = 1000e9  # 1000 GB/s -> ridge at 100 FLOP/byte
 
 def test_compute_bound():
     r = roofline(1e12, 1e9, 20.0, PEAK_FLOPS, PEAK_BW)  # intensity 1000 > ridge 100; 50 TFLOP/s achieved
-    assert r["bound"] == "compute"
-    assert r["achieved_tflops"] == pytest.approx(50.0)
-    assert r["pct_of_roofline"] == pytest.approx(50.0)
-    assert r["ridge"] == pytest.approx(100.0)
+    assert r.bound == "compute"
+    assert r.achieved_tflops == pytest.approx(50.0)
+    assert r.pct_of_roofline == pytest.approx(50.0)
+    assert r.ridge == pytest.approx(100.0)
 
 
 def test_memory_bound():
     r = roofline(1e9, 1e9, 2.0, PEAK_FLOPS, PEAK_BW)  # intensity 1; 500 GB/s achieved
-    assert r["bound"] == "memory"
-    assert r["achieved_gbps"] == pytest.approx(500.0)
-    assert r["pct_of_roofline"] == pytest.approx(50.0)
+    assert r.bound == "memory"
+    assert r.achieved_gbps == pytest.approx(500.0)
+    assert r.pct_of_roofline == pytest.approx(50.0)
 
 
 def test_latency_bound_below_the_threshold_of_both_roofs():
     r = roofline(1e9, 1e9, 100.0, PEAK_FLOPS, PEAK_BW)  # 10 GB/s = 1 % of the bandwidth roof
-    assert r["bound"] == "latency"
+    assert r.bound == "latency"
     # just above the threshold on the memory roof: memory bound again
     ms = 1e9 / (PEAK_BW * LATENCY_FRACTION * 1.05) * 1e3
-    assert roofline(1e9, 1e9, ms, PEAK_FLOPS, PEAK_BW)["bound"] == "memory"
+    assert roofline(1e9, 1e9, ms, PEAK_FLOPS, PEAK_BW).bound == "memory"
 
 
 def test_host_and_unknown():
-    assert roofline(0, 0, 5.0, PEAK_FLOPS, PEAK_BW)["bound"] == "host"
+    assert roofline(0, 0, 5.0, PEAK_FLOPS, PEAK_BW).bound == "host"
     unknown = roofline(1e9, 1e9, 5.0, math.nan, PEAK_BW)
-    assert unknown["bound"] == "unknown" and unknown["achieved_gbps"] == pytest.approx(200.0)
+    assert unknown.bound == "unknown" and unknown.achieved_gbps == pytest.approx(200.0)
     only_bytes = roofline(0, 1e9, 2.0, PEAK_FLOPS, PEAK_BW)  # a copy stage: flops 0, memory bound
-    assert only_bytes["bound"] == "memory"
+    assert only_bytes.bound == "memory"
 
 
-def test_cost_section_on_cpu_uses_the_cpu_pseudo_spec():
-    section = cost_section(run_counted(), {"backbone": 1.0, "head": 1.0, "decode": 0.1},
-                           capture_environment("cpu"), "fp32")
-    assert section["peak"]["kind"] == "cpu" and section["peak"]["estimated"]
-    assert section["stages"]["decode"]["bound"] == "host"
-    assert section["stages"]["backbone"]["roofline_ms"] > 0
-    assert section["latency_fraction"] == LATENCY_FRACTION
+def test_report_cost_on_cpu_uses_the_cpu_pseudo_spec():
+    data = {"format": "trackscope-report", "version": 2, "environment": capture_environment("cpu"),
+            "config": {"device": "cpu"}, "stages": [], "runs": [],
+            "totals": {"stage_ms": {"backbone": 1.0, "head": 1.0, "decode": 0.1}}}
+    report = Report.from_dict(data)
+    section = report_cost(dataclasses.replace(report, work=run_counted()))
+    assert section.spec.kind == "cpu" and section.spec.estimated
+    assert section.to_dict()["peak"]["kind"] == "cpu"
+    assert section.stages["decode"].bound == "host"
+    assert section.stages["backbone"].roofline_ms > 0
+    assert section.latency_fraction == LATENCY_FRACTION
+    assert report_cost(report) is None  # nothing counted: no roofline
 
 
 def test_card_not_in_the_table_gets_its_bandwidth_estimated_from_the_recorded_nvml_facts(monkeypatch):
@@ -197,7 +206,7 @@ def test_card_not_in_the_table_gets_its_bandwidth_estimated_from_the_recorded_nv
         "name": "Mystery GPU", "compute_capability": [8, 0], "memory_total_bytes": 80e9,
         "multiprocessor_count": 108, "index": 0})
     static = {"driver": "1.0", "max_sm_clock_mhz": 1410, "max_mem_clock_mhz": 1593, "memory_bus_width_bits": 5120}
-    spec = cost.device_spec(capture_environment("cuda", static))
+    spec = device_spec(Environment.from_dict(capture_environment("cuda", static)))
     assert spec.estimated and spec.name == "Mystery GPU"
     assert spec.bandwidth_gbps == pytest.approx(1593 * 5120 / 8 * 2 / 1e3)  # MHz x bytes x DDR -> GB/s
 
@@ -213,8 +222,8 @@ def test_gathers_count_what_they_pick_and_inplace_ops_read_and_write():
             source.add_(1.0)
     result = counter.result()
     picked = 3 * 1000 * FP32_BYTES
-    assert result["gather"]["bytes"] == picked + rows.numel() * 8 + picked  # source part, indices, output
-    assert result["inplace"]["bytes"] == 2 * source.numel() * FP32_BYTES
+    assert result["gather"].bytes == picked + rows.numel() * 8 + picked  # source part, indices, output
+    assert result["inplace"].bytes == 2 * source.numel() * FP32_BYTES
 
 
 def test_the_counted_pass_takes_queries_in_the_videos_pixels_like_the_timed_runs():

@@ -9,9 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from engine.analysis.analyse import analyse, analyse_many
 from engine.analysis.metrics import tapvid_metrics
 from engine.analysis.rules import diagnose, diagnose_many
-from engine.report.recorder import load_report
+from engine.report.files import load_report
+from engine.report.schema import Report
 from engine.telemetry.sampler import decode_clock_reasons
 
 DATA = Path(__file__).parent / "data" / "h200"
@@ -23,7 +25,7 @@ def _rules(findings) -> set[str]:
     return {f.rule for f in findings}
 
 
-def _planted(name: str) -> list[dict]:
+def _planted(name: str) -> list[Report]:
     return [load_report(p) for p in sorted(PLANTED.glob(f"{name}_fp32_*.json"))]
 
 
@@ -39,11 +41,26 @@ def _planted(name: str) -> list[dict]:
 def test_planted_problem_is_named_from_its_h200_report(name, rule):
     reports = _planted(name)
     assert len(reports) == 2, "each planted tracker was benched at two batch sizes"
-    assert all(r["environment"]["gpu"]["name"] == "NVIDIA H200" for r in reports)
+    assert all(r.gpu.name == "NVIDIA H200" for r in reports)
     findings = diagnose_many(reports)
     for r in reports:
         findings += diagnose(r)
     assert rule in _rules(findings)
+
+
+def test_recorded_findings_are_kept_apart_from_todays():
+    for name in ("tf32_off", "tiny_kernels", "cold_compile"):
+        reports = _planted(name)
+        assert all(r.recorded_findings for r in reports)
+        assert analyse_many(reports).recorded_only() == ()  # today's rules give what was recorded
+    # each host_sync report recorded launch_bound on its own; the sweep explains it by the host sync
+    sweep = analyse_many(_planted("host_sync"))
+    assert {x.rule for x in sweep.recorded_only()} == {"launch_bound"}
+    assert "launch_bound" not in {x.rule for x in sweep.findings}
+    # alone, the large host_sync report cannot show growth: its recorded finding is listed as recorded only
+    large = analyse(_planted("host_sync")[0])  # p1024 (sorted by name)
+    assert [x.rule for x in large.recorded_only()] == ["host_sync_per_point"]
+    assert large.cost is not None and large.cost.spec.name == "H200"  # the spec table entry
 
 
 def test_healthy_planted_trackers_do_not_get_each_others_findings():
@@ -54,15 +71,15 @@ def test_healthy_planted_trackers_do_not_get_each_others_findings():
 @pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16", "bf16"])
 def test_corrtrack_report_accuracy_recomputes_from_its_tracks(precision):
     r = load_report(DATA / f"corrtrack_{precision}_p256_sample.json")
-    assert r["telemetry"]["availability"]["gpu_busy_pct"] == ""  # "" = NVML read it on the H200
+    assert r.telemetry.availability["gpu_busy_pct"] == ""  # "" = NVML read it on the H200
     gt = np.load(SAMPLE_GT, allow_pickle=False)
-    tracks = r["tracks"]
-    np.testing.assert_array_equal(np.asarray(tracks["queries"])[:, 0], gt["query_t"])
-    scores = tapvid_metrics(np.asarray(tracks["tracks"]), np.asarray(tracks["visible"], bool), gt["tracks"],
-                            gt["visible"], gt["query_t"], size=(r["video"]["width"], r["video"]["height"]))
+    queries, tracks, visible = r.tracks_arrays()
+    np.testing.assert_array_equal(queries[:, 0], gt["query_t"])
+    scores = tapvid_metrics(tracks, visible, gt["tracks"], gt["visible"], gt["query_t"],
+                            size=r.video.geometry.source_size)
     # the report stores tracks rounded to 0.01 px, so the recomputed scores agree to well under the README's 0.001
     for key in ("aj", "delta_avg", "oa"):
-        assert getattr(scores, key) == pytest.approx(r["accuracy"][key], abs=5e-4), key
+        assert getattr(scores, key) == pytest.approx(getattr(r.accuracy, key), abs=5e-4), key
 
 
 def test_telemetry_under_test_loads_reads_what_the_loads_do():

@@ -15,10 +15,9 @@ from engine.analysis.cost import count_session_cost
 from engine.core.config import RunConfig
 from engine.core.errors import ReportError
 from engine.report import fields as report_fields
-from engine.report import recorder as v1_report
 from engine.report.files import load_bench, load_report, load_reports, read_json, save
 from engine.report.migrate import REPORT_VERSION, migrate
-from engine.report.recorder import RunRecorder, report_label, report_tracks, run_ms, save_report
+from engine.report.recorder import RunRecorder
 from engine.report.schema import BenchFile, Report
 from engine.run.session import Session
 from tests.helpers import ConstantVelocityTracker, moving_square_video
@@ -100,9 +99,9 @@ def test_v1_findings_become_recorded_findings(committed):
 
 def test_accessors_match_todays_helpers(committed):
     _, raw, report = committed
-    assert report.typical_run_ms == raw["totals"]["warm_ms_median"] == run_ms(raw)
+    assert report.typical_run_ms == raw["totals"]["warm_ms_median"]
     assert report.stage_ms == raw["totals"]["stage_ms"]
-    assert report.short_label() == report_label(raw)
+    assert report.short_label() == f"{raw['label']} on {raw['device_name']}"
     assert report.device_name == "NVIDIA H200" and report.capability == (9, 0) and report.is_gpu
     assert len(report.warm_runs) == raw["totals"]["num_warm_runs"]
     assert report.cold_run is report.runs[0] and report.cold_run.cold
@@ -111,10 +110,13 @@ def test_accessors_match_todays_helpers(committed):
 
 def test_tracks_and_telemetry_arrays(committed):
     _, raw, report = committed
-    expected = report_tracks(raw)
-    if expected is None:
+    if raw["tracks"] is None:
         assert report.tracks_arrays() is None
     else:
+        tracks = np.array(raw["tracks"]["tracks"], dtype=object)  # null where the tracker gave none
+        expected = (np.array(raw["tracks"]["queries"], np.float32),
+                    np.where(np.equal(tracks, None), np.nan, tracks).astype(np.float32),
+                    np.array(raw["tracks"]["visible"], bool))
         for got, want in zip(report.tracks_arrays(), expected):
             assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True)
     t = report.telemetry.t
@@ -345,7 +347,7 @@ def test_bench_file(tmp_path):
     table = [{"label": r["label"], "ms_median": r["totals"]["warm_ms_median"], "note": ""} for r in raws]
     bench = {"format": "trackscope-bench", "version": 1, "environment": raws[0]["environment"], "reports": raws,
              "table": table, "findings": findings, "overhead": {"ratio": 1.02, "runs_each": 10}}
-    path = save_report(tmp_path / "bench.json", bench)  # as engine.bench.write_outputs writes it (v1)
+    path = save(bench, tmp_path / "bench.json")  # as engine.bench.write_outputs wrote it (v1)
     loaded = load_bench(path)
     assert [r.label for r in loaded.reports] == [r["label"] for r in raws]
     assert [dict(row) for row in loaded.table] == table and loaded.overhead == bench["overhead"]
@@ -355,7 +357,7 @@ def test_bench_file(tmp_path):
     assert again.to_dict() == loaded.to_dict() and again.to_dict()["version"] == 2
     with pytest.raises(ReportError, match=rf"bench file {path}: reports\[1\]\.runs is missing"):
         del bench["reports"][1]["runs"]
-        load_bench(save_report(path, bench))
+        load_bench(save(bench, path))
     with pytest.raises(ReportError, match="load_report"):
         load_bench(REPORT_FILES[0])
 
@@ -379,7 +381,7 @@ class FakeSampler:
         return {"name": None}
 
 
-def _record_today(repeats: int = 3, fail: bool = False) -> dict:
+def _record_today(repeats: int = 3, fail: bool = False) -> Report:
     frames = moving_square_video(num_frames=6, size=24)
     queries = np.array([[0, 5, 10], [1, 6, 11], [2, 7.5, 12.25]], np.float32)
     config = RunConfig(tracker="constvel", device="cpu", points_per_batch=2)
@@ -389,18 +391,20 @@ def _record_today(repeats: int = 3, fail: bool = False) -> dict:
         for event in Session(frames, queries, config, tracker=tracker).events():
             recorder.add(event)
     costs = None if fail else count_session_cost(frames, queries, config, tracker=ConstantVelocityTracker())
-    return recorder.build(telemetry=sampler, stage_costs=costs)
+    return recorder.build(telemetry=sampler, work=costs)
 
 
 def test_a_report_recorded_today_loads(tmp_path):
-    raw = _record_today()
-    assert raw["version"] == v1_report.REPORT_VERSION == 1
+    built = _record_today()
+    raw = _json_round(report_fields.to_json(built.to_dict()))
+    assert raw["version"] == REPORT_VERSION == 2 and "cost" not in raw and "findings" not in raw
     report = Report.from_dict(raw)
+    assert report == built
     assert report.label == "today" and report.device_name == "CPU" and not report.is_gpu
     assert report.capability is None and report.short_label() == "today on CPU"
-    assert report.typical_run_ms == run_ms(raw) and report.stage_ms == raw["totals"]["stage_ms"]
+    assert report.typical_run_ms == raw["totals"]["warm_ms_median"] and report.stage_ms == raw["totals"]["stage_ms"]
     assert report.video.geometry.source_width == 24 and not report.video.geometry.is_scaled
-    assert set(report.work) == set(raw["cost"]["stages"])
+    assert report.work and set(report.work) == set(raw["work"])
     assert report.telemetry_series("cpu_per_core").shape == (report.telemetry.t.size, 2)
     assert report.telemetry.t.size > 0
     assert np.isnan(report.telemetry_series("gpu_busy_pct")).all()
@@ -412,7 +416,7 @@ def test_a_report_recorded_today_loads(tmp_path):
 
 
 def test_a_failed_run_recorded_today_loads():
-    report = Report.from_dict(_record_today(repeats=1, fail=True))
+    report = Report.from_dict(_record_today(repeats=1, fail=True).to_dict())
     run = report.runs[0]
     assert run.status == "failed" and "kaputt" in run.error.message and run.error.kind == "tracker"
     assert report.finished_runs == () and report.typical_run_ms is None and report.tracks is None

@@ -9,10 +9,12 @@ emulated bf16, TF32 off, a fallback, launches, syncs). ``--what-if GPU`` project
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from engine.analysis.analyse import Analysis, analyse
 from engine.analysis.whatif import _table
-from engine.report.recorder import report_label, run_ms, stage_ms
+from engine.report.schema import Report, as_report
 
 #: observed / explained beyond this factor (or below its inverse) flags a stage
 FLAG_RATIO = 3.0
@@ -26,20 +28,22 @@ def _ratio(b: float | None, a: float | None) -> float | None:
     return b / a
 
 
-def _side(report: dict[str, Any]) -> dict[str, Any]:
-    cost = report.get("cost") or {}
-    return {"label": report_label(report), "precision": (report.get("config") or {}).get("precision"),
-            "device": (cost.get("peak") or {}).get("device") or report.get("device_name") or "",
-            "total_ms": run_ms(report)}
+def _side(report: Report, analysis: Analysis) -> dict[str, Any]:
+    cost = analysis.cost
+    return {"label": report.short_label(), "precision": report.precision,
+            "device": cost.spec.name if cost else report.device_name, "total_ms": report.typical_run_ms}
 
 
-def compare_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Per stage: ms A, ms B, observed ratio B/A, the ratio the specs explain, and a flag."""
-    ms_a, ms_b = stage_ms(a), stage_ms(b)
-    cost_a = ((a.get("cost") or {}).get("stages")) or {}
-    cost_b = ((b.get("cost") or {}).get("stages")) or {}
-    names = list(dict.fromkeys([*a.get("stages", []), *ms_a, *cost_a, *b.get("stages", []), *ms_b, *cost_b]))
-    side_a, side_b = _side(a), _side(b)
+def compare_reports(a: Report | Mapping[str, Any], b: Report | Mapping[str, Any]) -> dict[str, Any]:
+    """Per stage: ms A, ms B, observed ratio B/A, the ratio the specs explain, and a flag; then each
+    report's findings by today's rules."""
+    a, b = as_report(a), as_report(b)
+    analysis_a, analysis_b = analyse(a), analyse(b)
+    ms_a, ms_b = a.stage_ms, b.stage_ms
+    cost_a = analysis_a.cost.stages if analysis_a.cost else {}
+    cost_b = analysis_b.cost.stages if analysis_b.cost else {}
+    names = list(dict.fromkeys([*a.stages, *ms_a, *cost_a, *b.stages, *ms_b, *cost_b]))
+    side_a, side_b = _side(a, analysis_a), _side(b, analysis_b)
     total_a = side_a["total_ms"] or sum(ms_a.values())
     total_b = side_b["total_ms"] or sum(ms_b.values())
     rows = []
@@ -48,24 +52,27 @@ def compare_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         sa, sb = ms_a.get(name), ms_b.get(name)
         if sa is None and sb is None:
             continue
-        ca, cb = cost_a.get(name) or {}, cost_b.get(name) or {}
+        ca, cb = cost_a.get(name), cost_b.get(name)
+        roof_a, roof_b = ca.roofline_ms if ca else None, cb.roofline_ms if cb else None
         observed = _ratio(sb, sa)
-        explained = _ratio(cb.get("roofline_ms"), ca.get("roofline_ms"))
-        if explained is not None:
-            roof_sum_a += ca["roofline_ms"]
-            roof_sum_b += cb["roofline_ms"]
+        explained = _ratio(roof_b, roof_a)
+        if explained is not None and roof_a is not None and roof_b is not None:
+            roof_sum_a += roof_a
+            roof_sum_b += roof_b
         beyond = observed / explained if observed is not None and explained is not None else None
         flag, excess_ms = "", None
-        if beyond is not None and beyond > FLAG_RATIO:
+        if beyond is not None and explained is not None and sa is not None and sb is not None \
+                and beyond > FLAG_RATIO:
             excess_ms = sb - sa * explained  # B's time beyond what A's time and the specs predict
             flag = "B" if excess_ms >= FLAG_MIN_EXCESS_SHARE * total_b else ""
-        elif beyond is not None and beyond < 1.0 / FLAG_RATIO:
+        elif beyond is not None and explained is not None and sa is not None and sb is not None \
+                and beyond < 1.0 / FLAG_RATIO:
             excess_ms = sa - sb / explained
             flag = "A" if excess_ms >= FLAG_MIN_EXCESS_SHARE * total_a else ""
         rows.append({"stage": name, "ms_a": sa, "ms_b": sb, "observed_ratio": observed,
                      "explained_ratio": explained, "beyond_specs": beyond, "flag": flag, "excess_ms": excess_ms,
-                     "bound_a": ca.get("bound"), "bound_b": cb.get("bound"),
-                     "precision_a": ca.get("precision"), "precision_b": cb.get("precision")})
+                     "bound_a": ca.bound if ca else None, "bound_b": cb.bound if cb else None,
+                     "precision_a": ca.precision if ca else None, "precision_b": cb.precision if cb else None})
     total_observed = _ratio(side_b["total_ms"], side_a["total_ms"])
     total_explained = _ratio(roof_sum_b, roof_sum_a) if roof_sum_a and roof_sum_b else None
     notes = []
@@ -77,7 +84,10 @@ def compare_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         "total": {"ms_a": side_a["total_ms"], "ms_b": side_b["total_ms"], "observed_ratio": total_observed,
                   "explained_ratio": total_explained},
         "flagged": [r["stage"] for r in rows if r["flag"]],
-        "findings": {"a": list(a.get("findings") or []), "b": list(b.get("findings") or [])},
+        "findings": {"a": [x.to_dict() for x in analysis_a.findings],
+                     "b": [x.to_dict() for x in analysis_b.findings]},
+        "recorded": {"a": [x.to_dict() for x in analysis_a.recorded_only()],
+                     "b": [x.to_dict() for x in analysis_b.recorded_only()]},
         "notes": notes,
     }
 
@@ -106,7 +116,7 @@ def _format_findings(title: str, findings: list[dict[str, Any]]) -> list[str]:
 
 
 def format_compare(result: dict[str, Any]) -> str:
-    """Aligned text table of a comparison, then the findings of both reports."""
+    """Aligned text table of a comparison, then both reports' findings (today's, then recorded-only ones)."""
     lines = [f"A: {result['a']['label']}  ({_fms(result['a']['total_ms'])} ms per run)",
              f"B: {result['b']['label']}  ({_fms(result['b']['total_ms'])} ms per run)", ""]
     rows = [("stage", "A ms", "B ms", "B/A observed", "B/A specs", "bound A/B", "flag")]
@@ -129,6 +139,10 @@ def format_compare(result: dict[str, Any]) -> str:
                  f"{FLAG_MIN_EXCESS_SHARE:.0%} of that run")
     lines.extend(f"note: {n}" for n in result["notes"])
     lines.append("")
-    lines.extend(_format_findings("A", result["findings"]["a"]))
-    lines.extend(_format_findings("B", result["findings"]["b"]))
+    for side in ("a", "b"):
+        lines.extend(_format_findings(side.upper(), result["findings"][side]))
+    for side in ("a", "b"):
+        if result["recorded"][side]:
+            lines.extend(_format_findings(f"recorded in {side.upper()}, no longer given by today's rules",
+                                          result["recorded"][side]))
     return "\n".join(lines)

@@ -1,21 +1,15 @@
-"""Per-stage cost (FLOPs and bytes moved) and each stage's place on the roofline.
+"""Per-stage counted work (FLOPs, bytes moved, ops): one extra pass of a run, recorded as the report's ``work``.
 
 ``CostCounter`` wraps one extra pass of a run: torch's ``FlopCounterMode`` counts the FLOPs of
 matmul/conv/attention ops, and a ``TorchDispatchMode`` on top of it sees every aten op, takes the
 FLOPs each op added, sums the bytes of its input and output tensors (an upper bound on memory
 traffic: no cache reuse, no fusion) and books both to the stage that is open at that moment (told
 by engine.stages' observer hook). A stage with no torch ops costs nothing and is "host" bound.
-
-The roofline places a stage from its FLOPs F, bytes B and measured time t against the device's
-peak P (FLOP/s, for the precision the stage ran in) and bandwidth W (B/s):
-roofline time = max(F / P, B / W); percent of roofline = roofline time / t; the stage is
-"memory" bound when F / B is below the ridge point P / W, else "compute" bound, and "latency"
-bound when it reaches under LATENCY_FRACTION of both roofs (launches, syncs, tiny kernels).
+Where a stage sits on its device's roofline is analysis, derived on load: engine.analysis.roofline.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import defaultdict
 from typing import Any, Callable
@@ -27,11 +21,8 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from engine.core.stages import add_stage_observer, remove_stage_observer
-from engine.telemetry import specs
-from engine.telemetry.environment import environment_capability, environment_device_name
+from engine.report.parts import StageWork
 
-#: a stage achieving less than this share of both its compute and its bandwidth roof is "latency" bound
-LATENCY_FRACTION = 0.10
 #: work done while no stage is open is booked here
 UNSTAGED = "(unstaged)"
 #: ops that only read metadata and move no data
@@ -45,7 +36,7 @@ _DTYPE_PRECISION = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.int8: "
                     torch.float64: "fp32"}
 
 #: counted costs per configuration key (one counted pass per configuration and process)
-_CACHE: dict[tuple, dict[str, dict[str, Any]]] = {}
+_CACHE: dict[tuple, dict[str, StageWork]] = {}
 
 
 def _storage_ptr(t: torch.Tensor) -> int:
@@ -185,13 +176,11 @@ class CostCounter:
         self._flop_counter.__exit__(*exc)
         self._mode = None
 
-    def result(self) -> dict[str, dict[str, Any]]:
-        """{stage: {"flops", "bytes", "ops", "precision"}}; precision = the dtype most FLOPs ran in."""
-        out = {}
-        for name, cost in self.stages.items():
-            out[name] = {"flops": int(cost.flops), "bytes": int(cost.bytes), "ops": int(cost.ops),
-                         "precision": stage_precision(dict(cost.flops_by_precision), self.precision)}
-        return out
+    def result(self) -> dict[str, StageWork]:
+        """{stage: its counted work}; its precision = the dtype most of its FLOPs ran in."""
+        return {name: StageWork(flops=int(cost.flops), bytes=int(cost.bytes), ops=int(cost.ops),
+                                precision=stage_precision(dict(cost.flops_by_precision), self.precision))
+                for name, cost in self.stages.items()}
 
 
 def stage_precision(flops_by_precision: dict[str, int], mode: str) -> str:
@@ -202,7 +191,7 @@ def stage_precision(flops_by_precision: dict[str, int], mode: str) -> str:
     return "tf32" if dominant == "fp32" and mode == "tf32" else dominant
 
 
-def count_cost(key: tuple, run: Callable[[], Any], precision: str = "fp32") -> dict[str, dict[str, Any]]:
+def count_cost(key: tuple, run: Callable[[], Any], precision: str = "fp32") -> dict[str, StageWork]:
     """Run ``run()`` once under a CostCounter and cache the per-stage result under ``key``."""
     if key in _CACHE:
         return _CACHE[key]
@@ -214,7 +203,7 @@ def count_cost(key: tuple, run: Callable[[], Any], precision: str = "fp32") -> d
 
 def count_session_cost(frames: np.ndarray, queries: np.ndarray, config: Any, tracker: Any = None,
                        tracker_loader: Callable[[str], Any] | None = None,
-                       video_info: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+                       video_info: dict[str, Any] | None = None) -> dict[str, StageWork]:
     """One extra counted pass of a session (cached by configuration). Run it after the timed runs.
     video_info: the reader's info, as the timed sessions got it (queries are in the video's pixels)."""
     from engine.core.errors import UserError
@@ -243,87 +232,3 @@ def count_session_cost(frames: np.ndarray, queries: np.ndarray, config: Any, tra
 def clear_cache() -> None:
     """Forget counted costs (tests; a tracker whose code changed)."""
     _CACHE.clear()
-
-
-# -- roofline ---------------------------------------------------------------------------------
-def roofline(flops: float, nbytes: float, ms: float | None, peak_flops: float, peak_bytes_per_s: float
-             ) -> dict[str, Any]:
-    """Place one stage: achieved rates, arithmetic intensity vs ridge, percent of roofline, bound."""
-    out: dict[str, Any] = {"flops": flops, "bytes": nbytes, "ms": ms, "achieved_tflops": None,
-                           "achieved_gbps": None, "intensity": None, "ridge": None, "roofline_ms": None,
-                           "pct_of_roofline": None, "bound": "unknown"}
-    if flops == 0 and nbytes == 0:
-        out["bound"] = "host"
-        return out
-    out["intensity"] = flops / nbytes if nbytes else math.inf
-    known = math.isfinite(peak_flops) and peak_flops > 0 and math.isfinite(peak_bytes_per_s) \
-        and peak_bytes_per_s > 0
-    if known:
-        out["ridge"] = peak_flops / peak_bytes_per_s
-        out["roofline_ms"] = max(flops / peak_flops, nbytes / peak_bytes_per_s) * 1e3
-    if not ms or ms <= 0:
-        return out
-    seconds = ms / 1e3
-    out["achieved_tflops"] = flops / seconds / 1e12
-    out["achieved_gbps"] = nbytes / seconds / 1e9
-    if not known:
-        return out
-    out["pct_of_roofline"] = 100.0 * out["roofline_ms"] / ms
-    compute_share = flops / seconds / peak_flops
-    memory_share = nbytes / seconds / peak_bytes_per_s
-    if compute_share < LATENCY_FRACTION and memory_share < LATENCY_FRACTION:
-        out["bound"] = "latency"
-    else:
-        out["bound"] = "memory" if out["intensity"] < out["ridge"] else "compute"
-    return out
-
-
-def device_spec(environment: dict[str, Any]) -> specs.GPUSpec:
-    """The peak table entry of a report's device: the table, an NVML estimate, or the CPU pseudo-spec."""
-    gpu = environment.get("gpu") if isinstance(environment, dict) else None
-    if not gpu:
-        return specs.cpu_spec()
-    name = environment_device_name(environment)
-    found = specs.lookup(name)
-    if found is not None:
-        return found
-    return specs.spec_from_nvml(name, gpu.get("multiprocessor_count"), gpu.get("max_sm_clock_mhz"),
-                                gpu.get("max_mem_clock_mhz"), gpu.get("memory_bus_width_bits"),
-                                environment_capability(environment), gpu.get("memory_total_bytes"))
-
-
-def peak_block(spec: specs.GPUSpec) -> dict[str, Any]:
-    """The peaks stored in a report, so that compare and what-if do not depend on the reading machine."""
-    return {"device": spec.name, "kind": spec.kind, "compute_capability": spec.compute_capability,
-            "fp32_tflops": spec.fp32_tflops, "tf32_tflops": spec.tf32_tflops, "fp16_tflops": spec.fp16_tflops,
-            "bf16_tflops": spec.bf16_tflops, "int8_tops": spec.int8_tops, "bandwidth_gbps": spec.bandwidth_gbps,
-            "bf16_emulated": spec.bf16_emulated, "estimated": spec.estimated, "source": spec.source}
-
-
-def spec_from_block(block: dict[str, Any]) -> specs.GPUSpec:
-    """A GPUSpec back from a report's stored peak block."""
-    cc = block.get("compute_capability")
-    return specs.GPUSpec(
-        name=str(block.get("device", "unknown")), compute_capability=tuple(cc) if cc else None,
-        fp32_tflops=block.get("fp32_tflops"), tf32_tflops=block.get("tf32_tflops"),
-        fp16_tflops=block.get("fp16_tflops"), bf16_tflops=block.get("bf16_tflops"),
-        int8_tops=block.get("int8_tops"), memory_gb=None, bandwidth_gbps=block.get("bandwidth_gbps"),
-        bf16_emulated=bool(block.get("bf16_emulated")), estimated=bool(block.get("estimated")),
-        source=str(block.get("source", "report")), kind=str(block.get("kind", "gpu")))
-
-
-def cost_section(stage_costs: dict[str, dict[str, Any]], stage_ms: dict[str, float | None],
-                 environment: dict[str, Any], precision: str) -> dict[str, Any]:
-    """The report's "cost" block: each stage's counted work placed on the device's roofline."""
-    spec = device_spec(environment)
-    bandwidth = specs.peak_bandwidth(spec)
-    stages = {}
-    for name, cost in stage_costs.items():
-        stage_prec = cost.get("precision") or precision
-        pk = specs.peak(spec, stage_prec)
-        entry = roofline(cost["flops"], cost["bytes"], stage_ms.get(name), pk.flops, bandwidth)
-        entry.update({"ops": cost.get("ops", 0), "precision": stage_prec, "peak_tflops": pk.flops / 1e12,
-                      "peak_path": pk.path, "peak_note": pk.note})
-        stages[name] = entry
-    return {"stages": stages, "peak": peak_block(spec), "latency_fraction": LATENCY_FRACTION,
-            "bytes_note": "bytes = inputs + outputs of every op (an upper bound: no cache reuse or fusion)"}

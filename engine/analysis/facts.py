@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from engine.telemetry.environment import environment_capability
+from engine.analysis.roofline import Cost, StageRoofline, report_cost
+from engine.report.schema import Report
+from engine.telemetry.specs import GPUSpec
 
 SEVERITIES = ("critical", "warning", "info")
 STAGE_SHARE_MIN = 0.15  # a stage must take this share of the run to be worth a finding
@@ -52,14 +53,6 @@ def _num(value: Any) -> float | None:
     return round(v, 4) if math.isfinite(v) else None
 
 
-def _f(value: Any) -> float:
-    """A float, NaN for None or junk."""
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 # -- facts pulled out of a report -------------------------------------------------------------
 @dataclass
 class Facts:
@@ -71,7 +64,7 @@ class Facts:
     capability: tuple[int, int] | None
     warm_ms: float
     cold_ms: float
-    stage_ms: dict[str, float]  # warm median per stage
+    stage_ms: dict[str, float]  # per stage, of the typical run
     cold_stage_ms: dict[str, float]
     num_points: int
     num_frames: int
@@ -81,9 +74,8 @@ class Facts:
     memory_total: float
     telemetry: dict[str, np.ndarray]
     static: dict[str, Any]
-    cost: dict[str, dict[str, Any]]
-    peak: dict[str, Any]
-    config: dict[str, Any] = field(default_factory=dict)
+    cost: dict[str, StageRoofline]  # the counted stages on the device's roofline
+    peak: GPUSpec | None  # the device's peaks (None when nothing was counted)
     telemetry_t: np.ndarray = field(default_factory=lambda: np.zeros(0))
     warm_window: tuple[float, float] | None = None  # seconds, on the telemetry's clock
 
@@ -98,6 +90,16 @@ class Facts:
 
     def metric(self, key: str) -> np.ndarray:
         return self.telemetry.get(key, np.zeros(0))
+
+    def ops(self, stage: str | None) -> float:
+        """Counted ops of a stage per run; NaN when not counted."""
+        c = self.cost.get(stage) if stage is not None else None
+        return float(c.ops) if c is not None else math.nan
+
+    def peak_tflops(self, precision: str) -> float:
+        """The device's peak TFLOP/s at a precision (``fp32_tflops`` etc. of its spec); NaN when unknown."""
+        value = getattr(self.peak, f"{precision}_tflops", None) if self.peak is not None else None
+        return float(value) if value is not None else math.nan
 
     def warm_samples(self) -> np.ndarray:
         """Mask of the telemetry samples that describe the warm runs (all samples when the report does not
@@ -119,58 +121,40 @@ class Facts:
         return values if np.isfinite(values).sum() >= WINDOW_MIN_SAMPLES else np.zeros(0)
 
 
-def _series(values: Any) -> np.ndarray:
-    if not isinstance(values, list):
-        return np.zeros(0)
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _f(value: Any) -> float:
+    """A float from opaque JSON (telemetry's static facts), NaN for None or junk."""
     try:
-        return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+        return float(value)
     except (TypeError, ValueError):
-        return np.zeros(0)
+        return math.nan
 
 
-def facts(report: dict[str, Any]) -> Facts:
-    """Pull the numbers the rules need out of a report dict."""
-    env = report.get("environment") or {}
-    gpu = env.get("gpu") if isinstance(env.get("gpu"), dict) else None
-    config = report.get("config") or {}
-    totals = report.get("totals") or {}
-    runs = [r for r in report.get("runs") or [] if isinstance(r, dict) and r.get("status", "finished") == "finished"]
-    warm = [r for r in runs if not r.get("cold")] or runs
-    cold = [r for r in runs if r.get("cold")]
-    stage_ms = {k: _f(v) for k, v in (totals.get("stage_ms") or {}).items()}
-    if not stage_ms and warm:
-        names = {n for r in warm for n in r.get("stage_ms", {})}
-        stage_ms = {n: statistics.median([_f(r["stage_ms"].get(n, 0.0)) for r in warm]) for n in names}
-    warm_ms = _f(totals.get("warm_ms_median"))
-    if not math.isfinite(warm_ms) and warm:
-        warm_ms = statistics.median([_f(r.get("wall_ms")) for r in warm])
-    cold_ms = _f(totals.get("cold_ms"))
-    if not math.isfinite(cold_ms) and cold:
-        cold_ms = _f(cold[0].get("wall_ms"))
-    batch_points = [(int(b.get("stop", 0)) - int(b.get("start", 0)),
-                     {k: _f(v) for k, v in b.get("stage_ms", {}).items()})
-                    for r in warm for b in r.get("batches", [])]
-    tel = report.get("telemetry") or {}
-    metrics = {k: _series(v) for k, v in (tel.get("metrics") or {}).items()}
-    starts = [(_f(r.get("start_s")), _f(r.get("wall_ms")) / 1e3) for r in warm]
-    window = ((min(a for a, _ in starts), max(a + d for a, d in starts))
-              if starts and all(math.isfinite(a) and math.isfinite(d) for a, d in starts) else None)
-    device = str(env.get("device") or config.get("device") or "")
-    cost = report.get("cost") or {}
+def facts(report: Report, cost: Cost | None = None) -> Facts:
+    """The numbers the rules need, from a report (and its roofline: derived here when not given)."""
+    cost = cost if cost is not None else report_cost(report)
+    warm = report.warm_runs or report.finished_runs  # no warm run: the cold ones stand in
+    cold = report.cold_run
+    tel = report.telemetry
+    window = None
+    if warm:
+        window = (min(r.start_s for r in warm), max(r.start_s + r.wall_ms / 1e3 for r in warm))
     return Facts(
-        label=str(report.get("label") or ""),
-        precision=str(config.get("precision", "fp32")),
-        is_gpu=gpu is not None and not device.startswith("cpu"),
-        capability=environment_capability(env),
-        warm_ms=warm_ms, cold_ms=cold_ms, stage_ms=stage_ms,
-        cold_stage_ms={k: _f(v) for k, v in (cold[0].get("stage_ms") or {}).items()} if cold else {},
-        num_points=int(totals.get("num_points") or 0), num_frames=int(totals.get("num_frames") or 0),
-        batch_points=batch_points, batches_per_run=max(1, len(warm[0].get("batches", []))) if warm else 1,
-        peak_memory=_f(totals.get("peak_memory_bytes")),
-        memory_total=_f((gpu or {}).get("memory_total_bytes")),
-        telemetry=metrics, static=tel.get("static") or {},
-        cost=cost.get("stages") or {}, peak=cost.get("peak") or {}, config=config,
-        telemetry_t=_series(tel.get("t")), warm_window=window,
+        label=report.label, precision=report.precision, is_gpu=report.is_gpu, capability=report.capability,
+        warm_ms=_nan(report.typical_run_ms), cold_ms=_nan(report.totals.cold_ms if report.totals.cold_ms
+                                                         is not None else cold.wall_ms if cold else None),
+        stage_ms=report.stage_ms, cold_stage_ms=dict(cold.stage_ms) if cold else {},
+        num_points=report.totals.num_points, num_frames=report.totals.num_frames,
+        batch_points=[(b.num_points, dict(b.stage_ms)) for r in warm for b in r.batches],
+        batches_per_run=max(1, len(warm[0].batches)) if warm else 1,
+        peak_memory=_nan(report.totals.peak_memory_bytes),
+        memory_total=_nan(report.gpu.memory_total_bytes if report.gpu else None),
+        telemetry=dict(tel.metrics) if tel else {}, static=dict(tel.static) if tel else {},
+        cost=dict(cost.stages) if cost else {}, peak=cost.spec if cost else None,
+        telemetry_t=tel.t if tel else np.zeros(0), warm_window=window,
     )
 
 

@@ -9,7 +9,6 @@ grows while its counted work does is dominated by per-op overhead.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from engine.analysis.facts import (
     GPU_IDLE_BUSY_PCT,
@@ -18,10 +17,11 @@ from engine.analysis.facts import (
     STAGE_SHARE_MIN,
     Facts,
     Finding,
-    _f,
     _mean,
     facts,
 )
+from engine.analysis.roofline import Cost
+from engine.report.schema import Report
 
 SUPERLINEAR_EXPONENT = 1.3  # time ~ work^b: above this the stage grows faster than its work
 LINEAR_EXPONENT_RANGE = (0.7, 1.3)
@@ -91,7 +91,7 @@ def growth_findings(stage_samples: dict[str, list[tuple[float, float]]], f: Fact
                                "remove .item()/.cpu()/.tolist() and Python control flow on GPU values from "
                                "the per-point loop; process all points as one tensor", stage=stage))
         elif b <= FLAT_EXPONENT and _latency_like(f, stage) and f.share(stage) >= STAGE_SHARE_MIN \
-                and _f((f.cost.get(stage) or {}).get("ops")) >= LAUNCH_MANY_OPS \
+                and f.ops(stage) >= LAUNCH_MANY_OPS \
                 and stage in (counted_ratio or {}):  # only a stage whose counted work grew
             out.append(Finding("launch_bound", "warning",
                                f"stage {stage} takes about the same time for {hi / lo:.0f}x the points: fixed "
@@ -103,8 +103,8 @@ def growth_findings(stage_samples: dict[str, list[tuple[float, float]]], f: Fact
 def _latency_like(f: Facts, stage: str) -> bool:
     c = f.cost.get(stage)
     if c is not None:
-        pct = _f(c.get("pct_of_roofline"))
-        return c.get("bound") in ("latency", "host") or (math.isfinite(pct) and pct < ROOFLINE_LOW_PCT)
+        pct = c.pct_of_roofline
+        return c.bound in ("latency", "host") or (pct is not None and pct < ROOFLINE_LOW_PCT)
     busy = _mean(f.metric("gpu_busy_pct"))
     return not f.is_gpu or math.isnan(busy) or busy < 100.0 - GPU_IDLE_BUSY_PCT
 
@@ -118,17 +118,17 @@ def rule_batch_growth(f: Facts) -> list[Finding]:
     return growth_findings(samples, f)
 
 
-def group_growth(group: list[dict[str, Any]]) -> list[Finding]:
-    """Growth findings across reports of one configuration at different points per batch.
+def group_growth(group: list[tuple[Report, Cost | None]]) -> list[Finding]:
+    """Growth findings across (report, its roofline) of one configuration at different points per batch.
 
     The findings carry the label of the report with the largest batches.
     """
-    group = sorted(group, key=lambda r: (r.get("config") or {}).get("points_per_batch", 0))
-    largest = facts(group[-1])
+    group = sorted(group, key=lambda rc: rc[0].config.points_per_batch)
+    all_facts = [facts(r, cost) for r, cost in group]
+    largest = all_facts[-1]
     samples: dict[str, list[tuple[float, float]]] = {}
     counted: dict[str, dict[float, tuple[float, float]]] = {}  # stage -> points -> (flops, bytes) per batch
-    for r in group:
-        f = facts(r)
+    for f in all_facts:
         for points, stage_ms in f.batch_points:
             for stage, ms in stage_ms.items():
                 samples.setdefault(stage, []).append((float(points), ms))
@@ -136,7 +136,7 @@ def group_growth(group: list[dict[str, Any]]) -> list[Finding]:
         for stage, c in f.cost.items():
             if per_batch_points:
                 counted.setdefault(stage, {})[float(per_batch_points)] = (
-                    _f(c.get("flops")) / f.batches_per_run, _f(c.get("bytes")) / f.batches_per_run)
+                    c.flops / f.batches_per_run, c.bytes / f.batches_per_run)
     flops_ratio, counted_ratio = {}, {}
     for stage, by_points in counted.items():
         if len(by_points) >= 2:

@@ -9,6 +9,7 @@ named thresholds. ``trackscope diagnose REPORT.json`` prints the findings of a r
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
 import numpy as np
@@ -25,10 +26,13 @@ from engine.analysis.facts import (
     _cc,
     _f,
     _mean,
+    _nan,
     facts,
 )
 from engine.analysis.growth import HOST_SYNC_US_PER_POINT, LAUNCH_MANY_OPS, group_growth, rule_batch_growth
+from engine.analysis.roofline import Cost, StageRoofline, report_cost
 from engine.core.precision import gate
+from engine.report.schema import Report, as_report
 
 __all__ = ["Finding", "Facts", "facts", "diagnose", "diagnose_many", "format_findings", "SEVERITIES",
            "HOST_SYNC_US_PER_POINT", "GPU_IDLE_BUSY_PCT", "ROOFLINE_LOW_PCT"]
@@ -80,15 +84,13 @@ def rule_precision_gate(f: Facts) -> list[Finding]:
                     {"compute_capability": _cc(f), "warm_ms": f.warm_ms}, suggestion)]
 
 
-def _compute_stages(f: Facts, any_bound: bool = False) -> dict[str, dict[str, Any]]:
+def _compute_stages(f: Facts, any_bound: bool = False) -> dict[str, StageRoofline]:
     """Matmul-like stages: compute-bound, or of high arithmetic intensity (any bound when ``any_bound``)."""
     out = {}
     for name, c in f.cost.items():
-        flops, nbytes = _f(c.get("flops")), _f(c.get("bytes"))
-        intensity = flops / nbytes if nbytes > 0 else math.nan
+        intensity = c.flops / c.bytes if c.bytes > 0 else math.nan
         dense = math.isfinite(intensity) and intensity >= TF32_MIN_INTENSITY
-        bound = c.get("bound")
-        if bound == "compute" or (dense and (any_bound or bound in (None, "unknown"))):
+        if c.bound == "compute" or (dense and (any_bound or c.bound == "unknown")):
             out[name] = c
     return out
 
@@ -99,7 +101,7 @@ def rule_tf32_off(f: Facts) -> list[Finding]:
         return []
     heavy = _compute_stages(f)
     share = sum(f.share(s) for s in heavy)
-    fp32, tf32 = _f(f.peak.get("fp32_tflops")), _f(f.peak.get("tf32_tflops"))
+    fp32, tf32 = f.peak_tflops("fp32"), f.peak_tflops("tf32")
     sm_active, tensor = _mean(f.warm_metric("sm_active_pct")), _mean(f.warm_metric("tensor_active_pct"))
     gpm_says = sm_active >= TF32_GPM_SM_ACTIVE_MIN_PCT and tensor <= TF32_GPM_TENSOR_MAX_PCT
     if share < TF32_COMPUTE_SHARE_MIN:
@@ -107,7 +109,7 @@ def rule_tf32_off(f: Facts) -> list[Finding]:
             return []
         heavy = _compute_stages(f, any_bound=True)  # SMs busy without tensor cores: name the dense stages
         share = sum(f.share(s) for s in heavy)
-    flops = sum(_f(c.get("flops")) for c in heavy.values())
+    flops = sum(c.flops for c in heavy.values())
     ms = sum(f.stage_ms.get(s, 0.0) for s in heavy)
     evidence = {"compute_capability": _cc(f), "matmul_stage_share": share, "matmul_stage_ms": ms,
                 "matmul_gflop": flops / 1e9, "achieved_tflops": flops / ms / 1e9 if ms > 0 else math.nan,
@@ -131,7 +133,7 @@ def rule_host_bound(f: Facts) -> list[Finding]:
     title = f"the GPU is busy {busy:.0f}% of the time while the process keeps {proc / 100:.1f} CPU cores busy"
     top = max(f.stage_ms, key=f.stage_ms.get) if f.stage_ms else None
     points = max((p for p, _ in f.batch_points), default=0)
-    ops = _f((f.cost.get(top) or {}).get("ops")) / f.batches_per_run
+    ops = f.ops(top) / f.batches_per_run
     if top is not None and points and ops / points >= PER_POINT_OPS_HINT:
         # one report cannot tell a per-point loop from a fixed op count on few points: say what would
         evidence.update({"ops_per_point": ops / points, "ops_per_batch": ops, "stage_share": f.share(top)})
@@ -149,7 +151,7 @@ def rule_launch_bound(f: Facts) -> list[Finding]:
     """Many short ops: per-launch overhead dominates (from op counts, or GPM SM active vs busy)."""
     out = []
     for name, c in f.cost.items():
-        ops, nbytes, pct = _f(c.get("ops")), _f(c.get("bytes")), _f(c.get("pct_of_roofline"))
+        ops, nbytes, pct = float(c.ops), c.bytes, _nan(c.pct_of_roofline)
         ms = f.stage_ms.get(name, math.nan)
         if not (ops >= LAUNCH_MANY_OPS and ms >= STAGE_MS_MIN and f.share(name) >= STAGE_SHARE_MIN):
             continue
@@ -268,15 +270,15 @@ def rule_below_roofline(f: Facts, explained: set[str]) -> list[Finding]:
     """A stage that takes much of the run at a few percent of its roofline (not explained elsewhere)."""
     out = []
     for name, c in sorted(f.cost.items(), key=lambda kv: -f.stage_ms.get(kv[0], 0.0)):
-        pct, ms = _f(c.get("pct_of_roofline")), f.stage_ms.get(name, math.nan)
+        pct, ms = _nan(c.pct_of_roofline), f.stage_ms.get(name, math.nan)
         if name in explained or not (pct < ROOFLINE_LOW_PCT and ms >= STAGE_MS_MIN
                                      and f.share(name) >= STAGE_SHARE_MIN):
             continue
         out.append(Finding("below_roofline", "info", f"stage {name} runs at {pct:.1f}% of its roofline "
-                           f"({c.get('bound', 'unknown')}-bound)",
-                           {"pct_of_roofline": pct, "stage_ms": ms, "roofline_ms": _f(c.get("roofline_ms")),
-                            "achieved_tflops": _f(c.get("achieved_tflops")),
-                            "achieved_gbps": _f(c.get("achieved_gbps")), "stage_share": f.share(name)},
+                           f"({c.bound}-bound)",
+                           {"pct_of_roofline": pct, "stage_ms": ms, "roofline_ms": _nan(c.roofline_ms),
+                            "achieved_tflops": _nan(c.achieved_tflops),
+                            "achieved_gbps": _nan(c.achieved_gbps), "stage_share": f.share(name)},
                            "profile this stage (Nsight Systems shows it by name); look for layout copies, "
                            "gathers and ops in fp32 under autocast", stage=name))
     return out
@@ -303,9 +305,9 @@ def _sorted(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def diagnose(report: dict[str, Any]) -> list[Finding]:
-    """Findings of one report, most severe first."""
-    f = facts(report)
+def diagnose(report: Report | Mapping[str, Any], cost: Cost | None = None) -> list[Finding]:
+    """Findings of one report, most severe first (cost: its roofline, derived here when not given)."""
+    f = facts(as_report(report), cost)
     findings: list[Finding] = []
     for rule in SINGLE_RULES:
         findings += rule(f)
@@ -316,27 +318,29 @@ def diagnose(report: dict[str, Any]) -> list[Finding]:
     return _sorted(findings)
 
 
-def _group_key(report: dict[str, Any]) -> tuple:
-    c = report.get("config") or {}
-    v = report.get("video") or {}
-    env = report.get("environment") or {}
-    return (c.get("tracker"), c.get("precision"), c.get("frames_per_batch"), env.get("device"),
-            v.get("path") or v.get("name"), (report.get("totals") or {}).get("num_frames"))
+def _group_key(report: Report) -> tuple:
+    """Reports of one configuration but their points per batch (growth is judged across them)."""
+    c = report.config
+    return (c.tracker, c.precision, c.frames_per_batch, report.environment.device,
+            report.video.path or report.video.name, report.totals.num_frames)
 
 
-def diagnose_many(reports: list[dict[str, Any]]) -> list[Finding]:
+def diagnose_many(reports: Sequence[Report | Mapping[str, Any]],
+                  costs: Sequence[Cost | None] | None = None) -> list[Finding]:
     """Findings of each report plus growth across batch sizes within groups of the same configuration."""
+    typed = [as_report(r) for r in reports]
+    costs = list(costs) if costs is not None else [report_cost(r) for r in typed]
     findings: list[Finding] = []
-    for r in reports:
-        findings += diagnose(r)
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for r in reports:
-        groups.setdefault(_group_key(r), []).append(r)
+    for r, cost in zip(typed, costs):
+        findings += diagnose(r, cost)
+    groups: dict[tuple, list[tuple[Report, Cost | None]]] = {}
+    for r, cost in zip(typed, costs):
+        groups.setdefault(_group_key(r), []).append((r, cost))
     for group in groups.values():
         if len(group) < 2:
             continue
         grown = group_growth(group)
-        labels = {str(r.get("label") or "") or None for r in group}
+        labels = {r.label or None for r, _ in group}
         synced = {x.stage for x in grown if x.rule == "host_sync_per_point"}
         # a host sync per point explains the short ops of that stage better than launch overhead
         findings = [x for x in findings if not (synced and x.rule == "launch_bound" and x.label in labels

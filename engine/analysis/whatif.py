@@ -16,11 +16,12 @@ launches, syncs and host work do not follow the peaks.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
-from engine.analysis.cost import spec_from_block
+from engine.analysis.roofline import report_cost
 from engine.core.errors import UserError
-from engine.report.recorder import report_label, run_ms, stage_ms
+from engine.report.schema import Report, as_report
 from engine.telemetry import specs
 
 #: bounds whose time does not follow the device's peaks; kept at the observed time
@@ -45,16 +46,17 @@ def _roof_s(flops: float, nbytes: float, peak_flops: float, bandwidth: float) ->
     return max(compute, memory)
 
 
-def project(report: dict[str, Any], target_gpu: str) -> dict[str, Any]:
+def project(report: Report | Mapping[str, Any], target_gpu: str) -> dict[str, Any]:
     """Per-stage projected ms of ``report`` on ``target_gpu``, the total, and the assumptions made."""
     target = target_spec(target_gpu)
-    cost = report.get("cost")
-    if not cost or not cost.get("stages") or not cost.get("peak"):
-        raise UserError(f"report {report_label(report)!r} has no cost model (FLOPs and bytes per stage), "
+    report = as_report(report)
+    cost = report_cost(report)
+    if cost is None or not cost.stages:
+        raise UserError(f"report {report.short_label()!r} has no cost model (FLOPs and bytes per stage), "
                         "so it cannot be projected", "record it with the cost pass on (trackscope bench --cost)")
-    source = spec_from_block(cost["peak"])
-    mode = (report.get("config") or {}).get("precision", "fp32")
-    observed = stage_ms(report)
+    source = cost.spec
+    mode = report.precision
+    observed = report.stage_ms
     src_bw, tgt_bw = specs.peak_bandwidth(source), specs.peak_bandwidth(target)
     assumptions = [
         f"source peaks: {source.name} ({source.source}); target peaks: {target.name} ({target.source})",
@@ -72,17 +74,17 @@ def project(report: dict[str, Any], target_gpu: str) -> dict[str, Any]:
     notes: set[str] = set()
     kept: list[str] = []
     stages: dict[str, dict[str, Any]] = {}
-    for name, entry in cost["stages"].items():
-        ms = observed.get(name, entry.get("ms"))
-        prec = entry.get("precision") or mode
+    for name, entry in cost.stages.items():
+        ms = observed.get(name, entry.ms)
+        prec = entry.precision or mode
         src_peak = specs.peak(source, prec)
         tgt_peak = specs.peak(target, prec)
         if tgt_peak.note:
             notes.add(f"{prec} on {target.name}: {tgt_peak.note}")
-        row = {"observed_ms": ms, "projected_ms": ms, "bound": entry.get("bound", "unknown"), "precision": prec,
+        row = {"observed_ms": ms, "projected_ms": ms, "bound": entry.bound, "precision": prec,
                "target_path": tgt_peak.path, "efficiency": None, "source_roofline_ms": None,
                "target_roofline_ms": None, "kept": True}
-        flops, nbytes = float(entry.get("flops") or 0), float(entry.get("bytes") or 0)
+        flops, nbytes = float(entry.flops), float(entry.bytes)
         src_roof = _roof_s(flops, nbytes, src_peak.flops, src_bw)
         tgt_roof = _roof_s(flops, nbytes, tgt_peak.flops, tgt_bw)
         movable = row["bound"] not in KEPT_BOUNDS or (row["bound"] == "latency" and source.kind == "cpu")
@@ -110,14 +112,14 @@ def project(report: dict[str, Any], target_gpu: str) -> dict[str, Any]:
         assumptions.append("kept at the observed time, or the target's roofline time where that is longer "
                            "(launch, sync and host costs do not follow the peaks): " + ", ".join(kept))
     assumptions.extend(sorted(notes))
-    observed_total = run_ms(report)
+    observed_total = report.typical_run_ms
     staged_observed = sum(r["observed_ms"] or 0.0 for r in stages.values())
     outside = max(0.0, (observed_total or staged_observed) - staged_observed)
     if outside > 0:
         assumptions.append(f"{outside:.2f} ms per run outside any stage kept as observed")
     projected_total = sum(r["projected_ms"] or 0.0 for r in stages.values()) + outside
     return {
-        "report": report_label(report), "source": source.name, "target": target.name, "precision": mode,
+        "report": report.short_label(), "source": source.name, "target": target.name, "precision": mode,
         "stages": stages, "observed_ms": observed_total if observed_total is not None else staged_observed,
         "projected_ms": projected_total, "outside_stages_ms": outside, "assumptions": assumptions,
     }

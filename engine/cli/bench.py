@@ -38,7 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, help="warm-up runs per configuration")
     p.add_argument("--repeat", type=int, default=DEFAULT_REPEAT, help="timed runs per configuration")
     p.add_argument("--out", type=Path, metavar="DIR", help="write per-configuration reports and bench.json here")
-    p.add_argument("--diagnose", action="store_true", help="append the diagnosis (findings) to the output")
+    p.add_argument("--diagnose", action="store_true",
+                   help="append the diagnosis (findings) to the output (reports keep measurements only)")
     p.add_argument("--no-telemetry", action="store_true", help="do not sample GPU/CPU telemetry")
     p.add_argument("--no-timing", action="store_true", help="no per-stage timing (wall time only)")
     p.add_argument("--no-cost", action="store_true", help="skip the counted pass (FLOPs/bytes per stage)")
@@ -71,15 +72,14 @@ def run(args: argparse.Namespace) -> int:
         else:
             bench.sweep(precisions, points, frames, args.warmup, args.repeat)
             print(format_table(bench.rows))
-        findings = None
         if args.diagnose and bench.reports:
-            from engine.analysis.rules import diagnose_many, format_findings
+            from engine.analysis.analyse import analyse_many
+            from engine.analysis.rules import format_findings
 
-            findings = diagnose_many(bench.reports)
             print("\nfindings:")
-            print(format_findings(findings))
+            print(format_findings(list(analyse_many(bench.reports).findings)))
         if args.out is not None:
-            path = write_outputs(args.out, bench, findings, overhead)
+            path = write_outputs(args.out, bench, overhead)
             print(f"trackscope bench: wrote {path}", file=sys.stderr)
     finally:
         bench.close()

@@ -10,23 +10,24 @@ from typing import Any
 from engine.analysis.compare import compare_reports, format_compare
 from engine.analysis.whatif import format_projection, project
 from engine.core.errors import ReportError, UserError
-from engine.report.recorder import load_reports, report_label
+from engine.report.files import load_reports
+from engine.report.schema import Report
 
 
-def _select(spec: str) -> dict[str, Any]:
+def _select(spec: str) -> Report:
     """Load ``path`` or ``path#N`` / ``path#label`` (one report of a bench file)."""
     path, _, pick = spec.partition("#")
     reports = load_reports(path)
     if not pick:
         if len(reports) == 1:
             return reports[0]
-        labels = ", ".join(f"#{i} {report_label(r)}" for i, r in enumerate(reports))
+        labels = ", ".join(f"#{i} {r.short_label()}" for i, r in enumerate(reports))
         raise UserError(f"{path} holds {len(reports)} reports; pick one as {path}#N", f"reports: {labels}")
     if pick.isdigit():
         if int(pick) >= len(reports):
             raise ReportError(f"{path} holds {len(reports)} reports, there is no #{pick}")
         return reports[int(pick)]
-    matches = [r for r in reports if pick in report_label(r)]
+    matches = [r for r in reports if pick in r.short_label()]
     if len(matches) != 1:
         raise UserError(f"{len(matches)} reports of {path} match {pick!r}", "pick one by number: FILE#N")
     return matches[0]

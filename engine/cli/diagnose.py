@@ -1,11 +1,18 @@
-"""`trackscope diagnose REPORT.json`: the findings of a run report or bench file, with evidence."""
+"""`trackscope diagnose REPORT.json`: today's findings of a run report or bench file, with evidence.
+
+The file is analysed on load (engine.analysis.analyse), so an old report shows today's rules; findings
+its writer recorded that today's rules no longer give are printed under their own heading.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 
-from engine.analysis.rules import diagnose_many, format_findings
+from engine.analysis.analyse import analyse_many, format_recorded
+from engine.analysis.rules import format_findings
+
+RECORDED_HEADING = "recorded in the file, no longer given by today's rules:"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,12 +21,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.report.recorder import load_reports
+    from engine.report.files import load_any
 
-    reports = load_reports(args.report)
-    findings = diagnose_many(reports)
+    reports, recorded = load_any(args.report)
+    analysis = analyse_many(reports, recorded)
+    old = analysis.recorded_only()
     if args.json:
-        print(json.dumps([x.to_dict() for x in findings], indent=1))
+        print(json.dumps([x.to_dict() for x in analysis.findings], indent=1))
     else:
-        print(format_findings(findings))
+        print(format_findings(list(analysis.findings)))
+        if old:
+            print(f"\n{RECORDED_HEADING}")
+            print(format_recorded(old))
     return 0

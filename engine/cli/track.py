@@ -69,8 +69,8 @@ def run(args: argparse.Namespace) -> int:
     save_tracks(args.out, last.tracks, last.visible, queries)
     print(f"trackscope track: wrote {args.out} ({len(queries)} points, {last.wall_ms:.0f} ms)", file=sys.stderr)
     if recorder is not None:
-        from engine.report.recorder import save_report
+        from engine.report.files import save
 
-        save_report(args.report, recorder.build())
+        save(recorder.build(), args.report)
         print(f"trackscope track: wrote {args.report}", file=sys.stderr)
     return 0

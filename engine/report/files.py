@@ -15,6 +15,7 @@ from typing import Any
 from engine.core.errors import ReportError
 from engine.report.fields import to_json
 from engine.report.migrate import BENCH_FORMAT
+from engine.report.parts import RecordedFinding
 from engine.report.schema import BenchFile, Report
 
 #: a report or bench file larger than this is refused before it is read (bytes)
@@ -81,6 +82,19 @@ def load_reports(path: str | Path) -> list[Report]:
     is_bench = isinstance(data, dict) and data.get("format") == BENCH_FORMAT
     try:
         return list(BenchFile.from_dict(data).reports) if is_bench else [Report.from_dict(data)]
+    except ReportError as exc:
+        raise _in_file("bench file" if is_bench else "report", path, exc) from None
+
+
+def load_any(path: str | Path) -> tuple[list[Report], tuple[RecordedFinding, ...]]:
+    """The reports of a report or bench file, and the findings a bench file recorded beside them."""
+    data = read_json(path)
+    is_bench = isinstance(data, dict) and data.get("format") == BENCH_FORMAT
+    try:
+        if is_bench:
+            bench = BenchFile.from_dict(data)
+            return list(bench.reports), bench.recorded_findings
+        return [Report.from_dict(data)], ()
     except ReportError as exc:
         raise _in_file("bench file" if is_bench else "report", path, exc) from None
 

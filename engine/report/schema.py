@@ -10,6 +10,7 @@ readers keep asking a report: its typical run, the device it ran on, its telemet
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,7 @@ import numpy as np
 
 from engine.core.config import RunConfig
 from engine.core.errors import ReportError
-from engine.report.fields import Fields, fail
+from engine.report.fields import Fields, fail, to_json
 from engine.report.migrate import BENCH_FORMAT, REPORT_FORMAT, REPORT_VERSION, file_version, migrate
 from engine.report.parts import (
     MAX_RUNS,
@@ -222,6 +223,12 @@ class Report:
         return self.tracks.queries, self.tracks.tracks, self.tracks.visible
 
 
+def as_report(value: Report | Mapping[str, Any], path: str = "") -> Report:
+    """A Report as is; a mapping (decoded JSON of any version, or one built in code with numpy values)
+    parsed once, at an analysis entry point's boundary."""
+    return value if isinstance(value, Report) else Report.from_dict(to_json(dict(value)), path)
+
+
 @dataclass(frozen=True)
 class BenchFile:
     """A bench sweep: the reports of its configurations, its table, the instrumentation overhead."""
@@ -262,5 +269,5 @@ class BenchFile:
 __all__ = [
     "BENCH_FORMAT", "CPU_NAME", "REPORT_FORMAT", "REPORT_VERSION", "Accuracy", "Batch", "BenchFile", "CpuInfo",
     "Environment", "GpuInfo", "RecordedFinding", "Report", "Run", "RunError", "StageWork", "TelemetryWindow",
-    "Totals", "TrackerInfo", "Tracks", "VideoInfo", "migrate",
+    "Totals", "TrackerInfo", "Tracks", "VideoInfo", "as_report", "migrate",
 ]

@@ -23,6 +23,8 @@ import numpy as np
 
 from engine.core.config import PRECISIONS, RunConfig
 from engine.core.errors import UserError
+from engine.report.parts import Accuracy
+from engine.report.schema import BenchFile, Report
 from engine.run.session import Failed, Finished, Session
 
 DEFAULT_PRECISIONS = "fp32,tf32,fp16,bf16"
@@ -140,13 +142,13 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_")[:80] or "run"
 
 
-def _accuracy_text(acc: dict[str, Any] | None) -> str:
-    if not acc:
+def _accuracy_text(acc: Accuracy | None) -> str:
+    if acc is None:
         return ""
-    if "aj" in acc and acc.get("aj") is not None:
-        return f"AJ {acc['aj']:.3f} / d {acc.get('delta_avg') or float('nan'):.3f} / OA {acc.get('oa') or 0:.3f}"
-    if acc.get("mean_px") is not None:
-        return f"{acc['mean_px']:.2f} px vs {acc.get('vs', 'fp32')}"
+    if acc.aj is not None:
+        return f"AJ {acc.aj:.3f} / d {acc.delta_avg or float('nan'):.3f} / OA {acc.oa or 0:.3f}"
+    if acc.mean_px is not None:
+        return f"{acc.mean_px:.2f} px vs {acc.vs or 'fp32'}"
     return ""
 
 
@@ -172,7 +174,7 @@ class Bench:
 
             self.sampler = TelemetrySampler(device_index=self.device.index or 0)
         self.rows: list[Row] = []
-        self.reports: list[dict[str, Any]] = []
+        self.reports: list[Report] = []
         # per (points, frames) batch sizes: the fp32 row and its final (tracks, visible), unrounded
         self._fp32: dict[tuple[int, int], tuple[Row, tuple[np.ndarray, np.ndarray] | None]] = {}
 
@@ -186,6 +188,7 @@ class Bench:
 
     def run_config(self, config: RunConfig, warmup: int, repeat: int) -> Row:
         """Warm-up and repeated runs of one configuration -> a table row (and a report)."""
+        from engine.analysis.accuracy import run_accuracy
         from engine.core.precision import gate
         from engine.report.recorder import RunRecorder
 
@@ -205,12 +208,12 @@ class Bench:
             if isinstance(last, Failed):
                 row.note = f"failed ({last.kind}): {last.message}"
                 return row
-        stage_costs = None
+        work = None
         if self.cost:
             from engine.analysis.cost import count_session_cost
 
             try:
-                stage_costs = count_session_cost(self.data.frames, self.data.queries, config,
+                work = count_session_cost(self.data.frames, self.data.queries, config,
                                                  tracker=self.tracker, tracker_loader=self._loader,
                                                  video_info=dict(self.data.info))
             except Exception as exc:  # the counted pass is extra information, never fatal
@@ -219,11 +222,12 @@ class Bench:
         key = (config.points_per_batch, config.frames_per_batch)
         if self.data.ground_truth is None and config.precision != "fp32" and key in self._fp32:
             reference = self._fp32[key][1]  # None when the fp32 run finished nothing
-        report = recorder.build(telemetry=self.sampler, ground_truth=self.data.ground_truth,
-                                reference_tracks=reference, stage_costs=stage_costs,
+        geometry = recorder.video.geometry
+        accuracy = run_accuracy(recorder.final, geometry.source_size if geometry else None,
+                                ground_truth=self.data.ground_truth, reference=reference,
                                 reference_label="fp32" if reference is not None else None)
-        report["video"].setdefault("path", self.data.info.get("path"))
-        report["queries_source"] = self.data.source
+        report = recorder.build(telemetry=self.sampler, work=work, accuracy=accuracy,
+                                queries_source=self.data.source)
         self._fill_row(row, report, g.reason)
         if config.precision == "fp32":
             final = recorder.final
@@ -234,19 +238,18 @@ class Bench:
         self.reports.append(report)
         return row
 
-    def _fill_row(self, row: Row, report: dict[str, Any], gate_reason: str) -> None:
-        runs = [r for r in report["runs"] if r.get("status") == "finished"]
-        warm = [r["wall_ms"] for r in runs if not r.get("cold")] or [r["wall_ms"] for r in runs]
-        totals = report["totals"]
+    def _fill_row(self, row: Row, report: Report, gate_reason: str) -> None:
+        warm = [r.wall_ms for r in (report.warm_runs or report.finished_runs)]
+        totals = report.totals
         row.ms_median = statistics.median(warm) if warm else None
         row.ms_p10, row.ms_p90 = (_percentile(warm, q) for q in PERCENTILES)
-        row.cold_ms = totals.get("cold_ms")
-        row.frames_per_s = totals.get("frames_per_s")
-        row.peak_memory_bytes = totals.get("peak_memory_bytes")
+        row.cold_ms = totals.cold_ms
+        row.frames_per_s = totals.frames_per_s
+        row.peak_memory_bytes = totals.peak_memory_bytes
         row.memory_kind = "GPU peak" if row.peak_memory_bytes else ""
-        if not row.peak_memory_bytes and totals.get("peak_rss_bytes"):
-            row.peak_memory_bytes, row.memory_kind = totals["peak_rss_bytes"], "RSS"
-        row.accuracy = _accuracy_text(report.get("accuracy"))
+        if not row.peak_memory_bytes and totals.peak_rss_bytes:
+            row.peak_memory_bytes, row.memory_kind = totals.peak_rss_bytes, "RSS"
+        row.accuracy = _accuracy_text(report.accuracy)
         notes = [gate_reason] if gate_reason else []
         if row.cold_ms and row.ms_median:
             notes.append(f"cold {row.cold_ms:.0f} ms")
@@ -343,28 +346,23 @@ def format_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(out: Path, bench: Bench, findings: list[Any] | None, overhead: dict[str, float] | None
-                  ) -> Path:
-    """Per-configuration reports and the bench file into ``out``; returns the bench file's path."""
-    from engine.report.recorder import BENCH_FORMAT, REPORT_VERSION, save_report
+def write_outputs(out: Path, bench: Bench, overhead: dict[str, float] | None) -> Path:
+    """Per-configuration reports and the bench file into ``out`` (measurements only: findings are derived
+    on load); returns the bench file's path."""
+    from engine.report.files import save
+    from engine.report.parts import Environment
     from engine.telemetry.environment import capture_environment
 
     out.mkdir(parents=True, exist_ok=True)
-    by_label = {r["label"]: r for r in bench.reports}
+    by_label = {r.label: r for r in bench.reports}
     for row in bench.rows:
         report = by_label.get(row.label)
         if report is None:
             continue
-        if findings is not None:  # the sweep's findings (each report's own ones, less those it explains)
-            report["findings"] = [f.to_dict() for f in findings if f.label == row.label]
         name = _slug(row.label) + ".json"
-        save_report(out / name, report)
+        save(report, out / name)
         row.report_file = name
-    env = bench.reports[0]["environment"] if bench.reports else capture_environment(bench.device)
-    data: dict[str, Any] = {"format": BENCH_FORMAT, "version": REPORT_VERSION, "environment": env,
-                            "reports": bench.reports, "table": [r.to_dict() for r in bench.rows]}
-    if findings is not None:
-        data["findings"] = [f.to_dict() for f in findings]
-    if overhead is not None:
-        data["overhead"] = overhead
-    return save_report(out / BENCH_FILE, data)
+    env = bench.reports[0].environment if bench.reports else Environment.from_dict(capture_environment(bench.device))
+    data = BenchFile(reports=tuple(bench.reports), environment=env, table=tuple(r.to_dict() for r in bench.rows),
+                     overhead=overhead)
+    return save(data, out / BENCH_FILE)

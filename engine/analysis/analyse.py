@@ -1,0 +1,93 @@
+"""Analysis on load: a report's roofline and today's findings, derived from its measurements.
+
+Recording writes measurements only; the CLI and the app run ``analyse`` (one report) or
+``analyse_many`` (a bench sweep: growth across batch sizes too) on every report they open, so a
+replayed report shows today's rules. Findings a writer froze into an older file stay visible as
+recorded: ``Analysis.recorded_only()`` lists those today's rules no longer give.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from engine.analysis.facts import Finding
+from engine.analysis.roofline import Cost, report_cost
+from engine.analysis.rules import diagnose, diagnose_many
+from engine.report.parts import RecordedFinding
+from engine.report.schema import Report, as_report
+
+
+def _key(rule: str, stage: str | None, label: str | None) -> tuple[str, str | None, str | None]:
+    return rule, stage or None, label or None
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Today's analysis of one or more reports: each one's roofline, the findings, and the recorded ones."""
+
+    reports: tuple[Report, ...]
+    costs: tuple[Cost | None, ...]  # per report: its stages on the roofline (None: nothing counted)
+    findings: tuple[Finding, ...]  # today's rules, most severe first
+    recorded_findings: tuple[RecordedFinding, ...] = ()  # what the files' writers froze into them
+
+    @property
+    def cost(self) -> Cost | None:
+        """The roofline of the first (usually the only) report."""
+        return self.costs[0] if self.costs else None
+
+    def cost_of(self, report: Report) -> Cost | None:
+        """The roofline of one of the analysed reports."""
+        for r, cost in zip(self.reports, self.costs):
+            if r is report:
+                return cost
+        return report_cost(report)
+
+    def recorded_only(self) -> tuple[RecordedFinding, ...]:
+        """Recorded findings that today's rules no longer give (same rule, stage and report)."""
+        today = {_key(x.rule, x.stage, x.label) for x in self.findings}
+        seen: set[tuple[str, str | None, str | None]] = set()
+        out = []
+        for x in self.recorded_findings:
+            key = _key(x.rule, x.stage, x.label)
+            if key not in today and key not in seen:
+                seen.add(key)
+                out.append(x)
+        return tuple(out)
+
+
+def _recorded(reports: Iterable[Report], extra: Iterable[RecordedFinding]) -> tuple[RecordedFinding, ...]:
+    """Each report's recorded findings, labelled with its report where the writer did not say."""
+    out = [x if x.label else replace(x, label=r.label or None)
+           for r in reports for x in r.recorded_findings]
+    return (*out, *extra)
+
+
+def analyse(report: Report | Mapping[str, Any]) -> Analysis:
+    """One report's roofline and findings by today's rules."""
+    r = as_report(report)
+    cost = report_cost(r)
+    return Analysis(reports=(r,), costs=(cost,), findings=tuple(diagnose(r, cost)),
+                    recorded_findings=_recorded((r,), ()))
+
+
+def analyse_many(reports: Sequence[Report | Mapping[str, Any]],
+                 recorded_findings: Iterable[RecordedFinding] = ()) -> Analysis:
+    """Several reports (a bench sweep): each one's findings and growth across batch sizes within a
+    configuration. recorded_findings: more recorded ones (a bench file's own)."""
+    typed = tuple(as_report(r) for r in reports)
+    costs = tuple(report_cost(r) for r in typed)
+    return Analysis(reports=typed, costs=costs, findings=tuple(diagnose_many(typed, costs)),
+                    recorded_findings=_recorded(typed, recorded_findings))
+
+
+def format_recorded(findings: Sequence[RecordedFinding]) -> str:
+    """Recorded findings as indented text, one block each (as format_findings prints today's)."""
+    lines = []
+    for x in findings:
+        where = f" [{x.label}]" if x.label else ""
+        lines.append(f"{x.severity.upper():8s} {x.rule}{where}: {x.title}")
+        if x.suggestion:
+            lines.append(f"         suggestion: {x.suggestion}")
+    return "\n".join(lines)
