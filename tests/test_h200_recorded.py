@@ -109,3 +109,21 @@ def test_telemetry_load_summaries_recompute_from_the_raw_samples():
         masks = metrics["clock_reasons"][inside]
         reasons = {r for mask in masks[np.isfinite(masks)] for r in decode_clock_reasons(int(mask))}
         assert sorted(reasons) == summary["clock_reasons"], name
+
+
+def test_diagnose_cli_shows_todays_findings_and_the_recorded_ones_apart(tmp_path, capsys):
+    from engine.cli import main
+    from engine.cli.diagnose import RECORDED_HEADING
+
+    large = sorted(PLANTED.glob("host_sync_fp32_*.json"))[0]  # p1024: recorded with the sweep's growth finding
+    assert main(["diagnose", str(large)]) == 0
+    today, _, recorded = capsys.readouterr().out.partition(RECORDED_HEADING)
+    assert "host_bound" in today and "host_sync_per_point" not in today  # one report shows no growth
+    assert "host_sync_per_point" in recorded
+    raws = [json.loads(p.read_text()) for p in sorted(PLANTED.glob("host_sync_fp32_*.json"))]
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"format": "trackscope-bench", "version": 1, "reports": raws}))
+    assert main(["diagnose", str(bench)]) == 0  # analyse_many over the bench file's reports
+    today, _, recorded = capsys.readouterr().out.partition(RECORDED_HEADING)
+    assert "host_sync_per_point" in today and "launch_bound" not in today
+    assert "launch_bound" in recorded  # each report recorded it alone; the sweep explains it by the host sync
