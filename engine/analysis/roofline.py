@@ -76,17 +76,19 @@ def roofline(flops: float, nbytes: float, ms: float | None, peak_flops: float, p
     if not ms or ms <= 0:
         return StageRoofline(flops, nbytes, ms, intensity=intensity, ridge=ridge, roofline_ms=roof_ms, **details)
     seconds = ms / 1e3
-    achieved = {"achieved_tflops": flops / seconds / 1e12, "achieved_gbps": nbytes / seconds / 1e9}
+    tflops, gbps = flops / seconds / 1e12, nbytes / seconds / 1e9
     if not known or roof_ms is None or ridge is None:
-        return StageRoofline(flops, nbytes, ms, intensity=intensity, **achieved, **details)
+        return StageRoofline(flops, nbytes, ms, achieved_tflops=tflops, achieved_gbps=gbps, intensity=intensity,
+                             **details)
     compute_share = flops / seconds / peak_flops
     memory_share = nbytes / seconds / peak_bytes_per_s
     if compute_share < LATENCY_FRACTION and memory_share < LATENCY_FRACTION:
         bound = "latency"
     else:
         bound = "memory" if intensity < ridge else "compute"
-    return StageRoofline(flops, nbytes, ms, intensity=intensity, ridge=ridge, roofline_ms=roof_ms,
-                         pct_of_roofline=100.0 * roof_ms / ms, bound=bound, **achieved, **details)
+    return StageRoofline(flops, nbytes, ms, achieved_tflops=tflops, achieved_gbps=gbps, intensity=intensity,
+                         ridge=ridge, roofline_ms=roof_ms, pct_of_roofline=100.0 * roof_ms / ms, bound=bound,
+                         **details)
 
 
 def device_spec(environment: Environment) -> specs.GPUSpec:
