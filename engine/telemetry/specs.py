@@ -270,7 +270,9 @@ def cpu_spec(cores: int | None = None, clock_mhz: float | None = None, psutil_mo
     """A rough CPU pseudo-spec (cores x clock x SIMD FLOP/cycle); estimated, for orientation only."""
     if psutil_mod is None:
         try:
-            import psutil as psutil_mod
+            import psutil
+
+            psutil_mod = psutil
         except ImportError:
             psutil_mod = None
     memory_gb = None

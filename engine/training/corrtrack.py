@@ -120,7 +120,7 @@ def train(args: argparse.Namespace) -> int:
         prior_runs = list(manifest.get("runs", [manifest["training"]] if "training" in manifest else []))
     else:
         model = CorrTrackNet().to(device)
-    model.backbone.to(memory_format=torch.channels_last)
+    model.backbone.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stubs lack it
     model.train()
     step_fn = torch.compile(model) if args.compile else model
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay, betas=ADAM_BETAS,

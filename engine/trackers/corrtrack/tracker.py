@@ -124,7 +124,7 @@ class CorrTrackTracker(Tracker):
     def _model_on(self, device: torch.device) -> CorrTrackNet:
         if device != self._device:
             self.model.to(device)
-            self.model.backbone.to(memory_format=torch.channels_last)
+            self.model.backbone.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stubs lack it
             self._device = device
             self._track_graphs.clear()
             self._backbone_graphs.clear()
