@@ -118,7 +118,7 @@ class BenchInput:
 
 def load_input(args: argparse.Namespace) -> BenchInput:
     """Decode the video and find its queries and ground truth (sidecars of the sample by default)."""
-    from engine.cli.common import SAMPLE_VIDEO, sidecar
+    from engine.core.paths import SAMPLE_VIDEO, sidecar
     from engine.io.trackio import grid_queries, load_ground_truth, read_queries_csv
     from engine.io.video import open_video
 
