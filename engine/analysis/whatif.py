@@ -20,6 +20,7 @@ from typing import Any
 
 from engine.analysis.cost import spec_from_block
 from engine.core.errors import UserError
+from engine.core.units import ms_value
 from engine.report.recorder import report_label, run_ms, stage_ms
 from engine.telemetry import specs
 
@@ -123,10 +124,7 @@ def project(report: dict[str, Any], target_gpu: str) -> dict[str, Any]:
     }
 
 
-def _fmt_ms(ms: float | None) -> str:
-    if ms is None:
-        return "-"
-    return f"{ms:.3g}" if ms < 1 else f"{ms:.1f}" if ms < 1e4 else f"{ms:.0f}"
+_fmt_ms = ms_value  # engine.core.units owns how a time is written
 
 
 def format_projection(result: dict[str, Any]) -> str:

@@ -14,9 +14,10 @@ import platform
 import re
 from dataclasses import dataclass, field
 
+from engine.core.config import PRECISIONS as RUN_PRECISIONS
 from engine.core.errors import UserError
 
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8")
+PRECISIONS = (*RUN_PRECISIONS, "int8")  # the peak table's: the run precisions (engine.core.config) and int8
 
 # NVML reports memory clocks such that bytes/s = clock x (bus width / 8) x 2 for GDDR5/6/6X and HBM2/3/3e
 # (T4: 5001 MHz x 256 bit -> 320 GB/s; A100 80GB: 1593 MHz x 5120 bit -> 2039 GB/s).

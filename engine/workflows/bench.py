@@ -23,9 +23,10 @@ import numpy as np
 
 from engine.core.config import PRECISIONS, RunConfig
 from engine.core.errors import UserError
+from engine.core.units import ms_value
 from engine.run.session import Failed, Finished, Session
 
-DEFAULT_PRECISIONS = "fp32,tf32,fp16,bf16"
+DEFAULT_PRECISIONS = ",".join(PRECISIONS)
 DEFAULT_POINTS_PER_BATCH = "256,1024"
 DEFAULT_FRAMES_PER_BATCH = "16"
 DEFAULT_WARMUP = 2
@@ -330,7 +331,7 @@ def format_table(rows: list[Row]) -> str:
     """The bench table as aligned text, one row per configuration."""
     cells = [list(TABLE_COLUMNS)]
     for r in rows:
-        ms = "-" if r.ms_median is None else f"{r.ms_median:.1f} ({r.ms_p10:.1f}-{r.ms_p90:.1f})"
+        ms = "-" if r.ms_median is None else f"{ms_value(r.ms_median)} ({ms_value(r.ms_p10)}-{ms_value(r.ms_p90)})"
         speedup = "-" if r.speedup is None else f"{r.speedup:.2f}x"
         cells.append([r.label, ms, _fmt(r.frames_per_s, ".1f"), speedup, _mem(r.peak_memory_bytes, r.memory_kind),
                       r.accuracy or "-", r.note])
