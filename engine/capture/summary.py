@@ -77,6 +77,8 @@ class KernelRow:
     count: int
     total_ms: float
     legacy: bool = False
+    stage: str = ""  # where most of its time was launched
+    module: str = ""
 
 
 @dataclass(frozen=True)
@@ -342,10 +344,15 @@ def _build(att: Attribution, base: dict[str, Any], precision: str, capability: t
     cells = tuple(_row(s, m, b) for (s, m), b in
                   sorted(att.buckets.items(), key=lambda kv: -cost(kv[1]))[:TOP_CELLS])
     kernel_rows, class_ms, legacy = [], {}, []
+    owner: dict[str, tuple[float, str, str]] = {}
+    for (stage, module, name), (_, us) in att.kernel_buckets.items():
+        if us > owner.get(name, (-1.0, "", ""))[0]:
+            owner[name] = (us, stage, module)
     for name, (count, us) in sorted(att.kernels.items(), key=lambda kv: -kv[1][1]):
         k = classify(name)
+        _, stage, module = owner.get(name, (0.0, "", ""))
         row = KernelRow(name, k.kind, k.tensor_core, k.precision, k.arch, int(count), _ms(us),
-                        is_legacy_arch(k.arch, capability))
+                        is_legacy_arch(k.arch, capability), stage, module)
         class_ms[k.label] = class_ms.get(k.label, 0.0) + _ms(us)
         if len(kernel_rows) < TOP_KERNELS:
             kernel_rows.append(row)
