@@ -20,7 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from engine.capture.kernels import stays_fp32
+from engine.capture.kernels import FP32_SENSITIVE_OPS, classify, stays_fp32
 from engine.capture.trace import PyFrame, Range, Trace, builtin_name, frame_site
 
 OUTSIDE_STAGES = "(outside stages)"
@@ -419,9 +419,29 @@ def attribute(trace: Trace, module_parents: frozenset[str] = frozenset()) -> Att
             else:
                 i += 1
     # -- ops that stay float32 (the summary keeps them for autocast runs) --------------------------------
+    # a top-level op counts when it, or an fp32-sensitive op nested in it, has only float32 inputs, or when
+    # it launched a kernel whose name says fp32 (autocast records the op with its pre-cast inputs)
+    fp32_kernel_ops = {id(call_op[k.correlation][0]) for k in trace.kernels
+                       if k.correlation in call_op and call_op[k.correlation][0] is not None
+                       and classify(k.name).precision == "fp32"}
     fp32_ops: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
-    for tid, tops in top_ops.items():
-        candidates = [op for op in tops if stays_fp32(op.name, op.input_types)]
+    for tid, tid_ops in _by_tid(ops).items():
+        candidates: list[Any] = []
+        top, top_end, marked = None, float("-inf"), False
+        for op in tid_ops:
+            if op.start >= top_end:
+                top, top_end = op, op.end
+                marked = False
+                if not FP32_SENSITIVE_OPS.match(op.name):
+                    top_end = op.end
+                    continue
+                if stays_fp32(op.name, op.input_types) or id(op) in fp32_kernel_ops:
+                    candidates.append(op)
+                    marked = True
+            elif top is not None and not marked and FP32_SENSITIVE_OPS.match(top.name) \
+                    and stays_fp32(op.name, op.input_types):
+                candidates.append(top)
+                marked = True
         if not candidates:
             continue
         for op, key in zip(candidates, locator(tid).keys([op.start + op.dur / 2 for op in candidates])):

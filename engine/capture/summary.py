@@ -63,7 +63,7 @@ class Row:
     memsets: int
     idle_ms: float
     cpu_ops: int
-    inclusive_wall_ms: float | None = None  # module rows of a real path: the module's calls, children included
+    inclusive_wall_ms: float | None = None  # module rows (a path or its forward body): children included
     inclusive_kernel_ms: float | None = None
 
 
@@ -334,7 +334,8 @@ def _build(att: Attribution, base: dict[str, Any], precision: str, capability: t
     stage_rows = tuple(_row(s, "", b) for s, b in sorted(stages.items(), key=lambda kv: -kv[1].wall_us))
 
     def mod_row(label: str, b: Bucket) -> Row:
-        real = label if label in att.module_wall_inclusive else None
+        owner = _owner_path(label)  # a forward-body row carries its module's inclusive numbers
+        real = owner if owner in att.module_wall_inclusive else None
         return _row("", label, b,
                     inclusive_wall_ms=_ms(att.module_wall_inclusive[real]) if real else None,
                     inclusive_kernel_ms=_ms(inclusive_kernel.get(real, 0.0)) if real else None)
