@@ -60,7 +60,7 @@ TENSOR_CORE_PATTERNS = (
 # -- precision (first match wins; order matters) ------------------------------------------------
 PRECISION_PATTERNS = (
     ("fp8", re.compile(r"e4m3|e5m2|fp8|f8f8|Float8", re.I)),  # fp8 GEMMs (torch._scaled_mm)
-    ("int8", re.compile(r"i8i8|int8|imma|i8816|s8s8|_i8_|<signed char|<char")),  # int8 GEMMs
+    ("int8", re.compile(r"i8i8|int8|imma|i8816|s8s8|_i8_|<signed char\b")),  # int8 GEMMs, int8_t templates
     ("bf16", re.compile(r"bf16|BFloat16|bfloat16", re.I)),  # bf16 kernels, c10::BFloat16 templates
     ("fp16", re.compile(r"(?<!b)f16|fp16|(?<![a-z])half|c10::Half|__half|hgemm|h\d{3,5}gemm|hcudnn", re.I)),
     ("tf32", re.compile(r"tf32", re.I)),  # TF32 tensor-core kernels
