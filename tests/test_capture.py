@@ -174,6 +174,7 @@ def test_fp32_grid_sample_is_named_under_bf16_autocast_on_the_cpu():
     assert "aten::grid_sampler" in ops
     row = next(r for r in summary.fp32_ops if r.op == "aten::grid_sampler")
     assert row.module == "sampler" and row.count == 1
+    assert "aten::linear" not in ops  # autocast casts the projector's linears: recorded with float inputs, not fp32
     assert summarize(result, precision="fp32").fp32_ops == ()  # not an autocast run: nothing to say
 
 

@@ -20,7 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from engine.capture.kernels import FP32_SENSITIVE_OPS, classify, stays_fp32
+from engine.capture.kernels import FP32_SENSITIVE_OPS, REDUCED_TYPES, classify, stays_fp32
 from engine.capture.trace import PyFrame, Range, Trace, builtin_name, frame_site
 
 OUTSIDE_STAGES = "(outside stages)"
@@ -419,29 +419,43 @@ def attribute(trace: Trace, module_parents: frozenset[str] = frozenset()) -> Att
             else:
                 i += 1
     # -- ops that stay float32 (the summary keeps them for autocast runs) --------------------------------
-    # a top-level op counts when it, or an fp32-sensitive op nested in it, has only float32 inputs, or when
-    # it launched a kernel whose name says fp32 (autocast records the op with its pre-cast inputs)
-    fp32_kernel_ops = {id(call_op[k.correlation][0]) for k in trace.kernels
-                       if k.correlation in call_op and call_op[k.correlation][0] is not None
-                       and classify(k.name).precision == "fp32"}
+    # autocast records an op with its inputs as given, before it casts them, so the op's own input types
+    # do not say what it computed in. On the GPU its kernels do (fp32 kernels and no fp16/bf16 ones); on
+    # the CPU its nested ops do: no nested op with fp16/bf16 inputs, and float32 inputs at the top or in
+    # a nested fp32-sensitive op (grid_sampler -> grid_sampler_2d).
+    kernel_precisions: dict[int, set[str | None]] = defaultdict(set)
+    for k in trace.kernels:
+        owner = call_op.get(k.correlation) if k.correlation is not None else None
+        if owner is not None and owner[0] is not None:
+            kernel_precisions[id(owner[0])].add(classify(k.name).precision)
     fp32_ops: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
     for tid, tid_ops in _by_tid(ops).items():
         candidates: list[Any] = []
-        top, top_end, marked = None, float("-inf"), False
-        for op in tid_ops:
-            if op.start >= top_end:
-                top, top_end = op, op.end
-                marked = False
-                if not FP32_SENSITIVE_OPS.match(op.name):
-                    top_end = op.end
-                    continue
-                if stays_fp32(op.name, op.input_types) or id(op) in fp32_kernel_ops:
-                    candidates.append(op)
-                    marked = True
-            elif top is not None and not marked and FP32_SENSITIVE_OPS.match(top.name) \
-                    and stays_fp32(op.name, op.input_types):
+        state: dict[str, Any] = {}
+
+        def close(state: dict[str, Any], candidates: list[Any] = candidates) -> None:
+            top = state.get("top")
+            if top is None:
+                return
+            precisions = kernel_precisions.get(id(top))
+            if precisions:
+                fp32 = "fp32" in precisions and not precisions & {"bf16", "fp16"}
+            else:
+                fp32 = not state["reduced"] and (stays_fp32(top.name, top.input_types) or state["nested_fp32"])
+            if fp32:
                 candidates.append(top)
-                marked = True
+
+        for op in tid_ops:
+            if op.start >= state.get("end", float("-inf")):
+                close(state)
+                state = {"top": op if FP32_SENSITIVE_OPS.match(op.name) else None, "end": op.end,
+                         "reduced": False, "nested_fp32": False}
+            elif state.get("top") is not None:
+                if any(t in REDUCED_TYPES for t in op.input_types):
+                    state["reduced"] = True
+                elif stays_fp32(op.name, op.input_types):
+                    state["nested_fp32"] = True
+        close(state)
         if not candidates:
             continue
         for op, key in zip(candidates, locator(tid).keys([op.start + op.dur / 2 for op in candidates])):

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from engine.capture.attribution import LIBRARY_PARTS
-from engine.capture.trace import SYNC_CALLS
+from engine.capture.trace import runtime_kind
 
 PYTHON_MIN_US = 200.0  # user-code python frames at least this long stay in the file
 PYTHON_CHAIN = 12  # frames kept above each sync
@@ -36,7 +36,7 @@ def _slim_python(events: list[Any]) -> list[Any]:
             by_id[(f.get("tid"), pid)] = f
     keep: set[int] = set()
     syncs = [e for e in events if isinstance(e, Mapping) and e.get("cat") in ("cuda_runtime", "cuda_driver")
-             and e.get("name") in SYNC_CALLS]
+             and runtime_kind(str(e.get("name", ""))) == "sync"]
     # innermost frame containing each sync: frames sorted by start, scanned per thread
     by_tid: dict[Any, list[Any]] = {}
     for f in frames:

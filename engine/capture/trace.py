@@ -200,7 +200,12 @@ def _tid(value: Any) -> int:
     return int(m.group(1)) if m else hash(str(value)) & 0xFFFF
 
 
+#: CUPTI callback names may carry an API version or per-thread-stream suffix: cudaLaunchKernelExC_v11060, _ptsz
+RUNTIME_SUFFIX = re.compile(r"(?:_v\d+)?(?:_ptsz|_ptds)?(?:_v\d+)?$")
+
+
 def runtime_kind(name: str) -> str:
+    name = RUNTIME_SUFFIX.sub("", name)
     if name in LAUNCH_CALLS:
         return "launch"
     if name in SYNC_CALLS:
