@@ -108,7 +108,10 @@ def measure(cfg: dict[str, Any], frames: np.ndarray, device: str, repeats: int, 
     median = statistics.median(walls)
     findings = diagnose_capture(summary, typical_wall_ms=median)
     out: dict[str, Any] = {**cfg, "wall_ms_median": median, "wall_ms_runs": walls, "capture_s": capture_s,
-                           "summarize_s": summarize_s, "overhead": summary.overhead, "summary": summary.to_dict(),
+                           "summarize_s": summarize_s, "overhead": summary.overhead,
+                           "overhead_vs_median": (summary.profiled_wall_ms / median
+                                                  if summary.profiled_wall_ms and median else None),
+                           "summary": summary.to_dict(),
                            "findings": findings, "summary_bytes": len(json.dumps(summary.to_dict()))}
     if result.chrome is not None:
         t2 = time.perf_counter()

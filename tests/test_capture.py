@@ -256,3 +256,16 @@ def test_module_ranges_stay_balanced_when_forward_raises():
     sums = [op for op in result.trace.cpu_ops if op.name == "aten::sum"]
     assert all(not (m.start <= sums[-1].start <= m.end) for m in outer)  # the range closed at the raise
     assert capture_profile.module_paths({"m": model})[0]
+
+
+def test_a_run_failing_under_the_profiler_is_told_apart_from_the_profiler():
+    calls = []
+
+    def second_run_fails() -> None:
+        calls.append(1)
+        if len(calls) == 2:
+            raise ValueError("only under the profiler")
+
+    result = capture_run(second_run_fails, device="cpu")
+    assert result.error == "the captured run failed: ValueError: only under the profiler"
+    assert not torch.nn.modules.module._global_forward_pre_hooks

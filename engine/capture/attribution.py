@@ -10,6 +10,9 @@
   goes to the bucket its midpoint lies in, so the buckets' wall times add up to the run's wall.
 - GPU idle: the run window minus the union of kernels and copies on all streams; each idle gap gets
   the bucket(s) the host was in and, where the record shows one, a cause (a host sync, a blocking copy).
+- A sync's call site is the innermost Python frame of user code around it (torch's own frames and
+  the capture's are skipped), as ``file:line function (.method)``; the profiler's Python tracer
+  records function entries, so ``line`` is the line the function starts on, not the calling line.
 """
 
 from __future__ import annotations

@@ -178,6 +178,14 @@ class _Instrumentation:
         self.local = threading.local()
 
 
+class _RunFailed(Exception):
+    """The tracker's run raised under the profiler (told apart from the profiler failing)."""
+
+    def __init__(self, cause: Exception):
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda" and torch.cuda.is_available():
         torch.cuda.synchronize(device)
@@ -241,7 +249,10 @@ def capture_run(
                 _sync(device)
                 t0 = time.perf_counter()
                 with torch.autograd.profiler.record_function(RUN_RANGE):
-                    run_once()
+                    try:
+                        run_once()
+                    except Exception as exc:
+                        raise _RunFailed(exc) from exc
                 _sync(device)
                 result.profiled_wall_ms = (time.perf_counter() - t0) * 1e3
             finally:
@@ -252,7 +263,9 @@ def capture_run(
         instrumentation.remove()
         result.trace = None
         result.chrome = None
-        result.error = f"the profiler capture failed: {type(exc).__name__}: {exc}"
+        cause = exc.cause if isinstance(exc, _RunFailed) else exc
+        what = "the captured run failed" if isinstance(exc, _RunFailed) else "the profiler capture failed"
+        result.error = f"{what}: {type(cause).__name__}: {cause}"
         return result
     if use_cuda and not result.trace.kernels and not result.trace.runtime:
         result.error = ("the capture recorded no CUDA activity (CUPTI unavailable or blocked?): "
