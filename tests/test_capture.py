@@ -269,3 +269,17 @@ def test_a_run_failing_under_the_profiler_is_told_apart_from_the_profiler():
     result = capture_run(second_run_fails, device="cpu")
     assert result.error == "the captured run failed: ValueError: only under the profiler"
     assert not torch.nn.modules.module._global_forward_pre_hooks
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="host syncs exist on a CUDA device only")
+def test_item_per_point_counts_a_sync_per_point_on_cuda():
+    queries = np.tile(QUERIES, (8, 1))  # 32 points
+    video = moving_square_video(num_frames=8, size=32)
+    tracker = PluginTracker("planted", planted_capture.item_per_point())
+    config = RunConfig(tracker="planted", device="cuda", points_per_batch=len(queries))
+    result = capture_session(lambda: Session(video, queries, config, tracker=tracker), device="cuda")
+    summary = summarize(result)
+    scorer = [c for c in summary.cells if c.module == "match.scorer"]
+    assert sum(c.syncs for c in scorer) >= len(queries)
+    assert "planted_capture.py" in summary.sync_sites[0].call_site
+    assert diagnose_capture(summary)[0]["rule"] in ("host_sync", "gpu_idle_gaps")

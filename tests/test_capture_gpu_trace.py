@@ -100,3 +100,15 @@ def test_summary_and_rules_from_a_gpu_trace():
     assert rules["no_tensor_cores"]["evidence"]["ms"] == 0.05  # SIMT fp32 GEMM in a tf32 run
     assert "host_sync" not in rules  # one sync is no finding
     assert "legacy_arch_kernels" not in rules  # an sm80 SIMT kernel on 9.0: older, but no tensor-core path lost
+
+
+def test_call_sites_skip_torch_and_the_standard_library_only():
+    import os
+
+    import torch
+
+    from engine.capture.attribution import is_library_file
+
+    assert is_library_file(torch.__file__) and is_library_file(os.__file__)
+    assert not is_library_file("/home/me/tapnet/tapnet/torch/tapir_model.py")  # a user's folder named torch
+    assert not is_library_file(os.path.join(os.path.dirname(os.__file__), "site-packages", "cotracker", "m.py"))

@@ -23,6 +23,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import torch
+
 from engine.capture.kernels import FP32_SENSITIVE_OPS, REDUCED_TYPES, classify, stays_fp32
 from engine.capture.trace import PyFrame, Range, Trace, builtin_name, frame_site
 
@@ -38,8 +40,20 @@ CAUSE_TOLERANCE_US = 50.0
 ROUND_TRIP_MIN_BYTES = 16 * 1024
 #: at most this many kernel launches between the DtoH and the HtoD copy of a round trip
 ROUND_TRIP_MAX_LAUNCHES = 2
-LIBRARY_PARTS = (f"{os.sep}torch{os.sep}", f"{os.sep}engine{os.sep}capture{os.sep}", "contextlib.py",
-                 "threading.py", "functools.py", f"{os.sep}site-packages{os.sep}torch")
+#: frames from these folders are not call sites: torch itself, this package, the standard library
+TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+CAPTURE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
+LIBRARY_PARTS = (f"{os.sep}site-packages{os.sep}torch{os.sep}", f"{os.sep}dist-packages{os.sep}torch{os.sep}",
+                 f"{os.sep}engine{os.sep}capture{os.sep}")
+PACKAGE_DIRS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
+
+
+def is_library_file(path: str) -> bool:
+    """True for torch's, the standard library's and the capture's own files (a user's ``x/torch/y.py`` is not)."""
+    if path.startswith((TORCH_DIR, CAPTURE_DIR, "<")) or any(part in path for part in LIBRARY_PARTS):
+        return True
+    return path.startswith(STDLIB_DIR) and not any(part in path for part in PACKAGE_DIRS)
 
 Key = tuple[str, str]  # (stage, module label)
 
@@ -207,7 +221,7 @@ class _Sites:
         seen = 0
         while frame is not None and seen < 200:
             site = frame_site(frame)
-            if site is not None and not any(part in site[0] for part in LIBRARY_PARTS):
+            if site is not None and not is_library_file(site[0]):
                 label = f"{_short_path(site[0])}:{site[1]} {site[2]}"
                 return f"{label} (.{via})" if via else label
             if via is None:

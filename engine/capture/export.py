@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from engine.capture.attribution import LIBRARY_PARTS
-from engine.capture.trace import runtime_kind
+from engine.capture.attribution import is_library_file
+from engine.capture.trace import PY_FRAME, runtime_kind
 
 PYTHON_MIN_US = 200.0  # user-code python frames at least this long stay in the file
 PYTHON_CHAIN = 12  # frames kept above each sync
@@ -59,8 +59,8 @@ def _slim_python(events: list[Any]) -> list[Any]:
             parent = (frame.get("args") or {}).get("Python parent id")
             frame = by_id.get((frame.get("tid"), parent))
     for f in frames:
-        name = str(f.get("name", ""))
-        if float(f.get("dur", 0)) >= PYTHON_MIN_US and "(" in name and not any(p in name for p in LIBRARY_PARTS):
+        m = PY_FRAME.match(str(f.get("name", "")))
+        if m and float(f.get("dur", 0)) >= PYTHON_MIN_US and not is_library_file(m.group("file")):
             keep.add(id(f))
     return [e for e in events if not (isinstance(e, Mapping) and e.get("cat") == "python_function")
             or id(e) in keep]

@@ -230,7 +230,7 @@ def parse_events(events: list[Mapping[str, Any]], meta: Mapping[str, Any] | None
     """Typed events from a list of Chrome trace events (complete 'X' events; others are skipped)."""
     trace = Trace(meta=dict(meta or {}))
     for ev in events:
-        if not isinstance(ev, Mapping) or ev.get("ph") != "X":
+        if not isinstance(ev, Mapping) or ev.get("ph", "X") != "X":  # complete events ('X'); some writers omit ph
             continue
         cat = str(ev.get("cat", ""))
         name = str(ev.get("name", ""))
