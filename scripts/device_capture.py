@@ -40,6 +40,7 @@ from engine.trackers.plugin import PluginTracker  # noqa: E402
 
 VIDEO_SEED = 7
 MAX_TRACE_FILES = 4  # trace files written (the rest only measured)
+MAX_FILE_BYTES = 15 * 2**20  # files over this do not come back from the device machine
 TRACES_WRITTEN = ("deep_nested", "item_per_point", "tiny_kernels", "corrtrack bf16 q1024")
 
 
@@ -197,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
             entry["count"] += count
             entry["total_ms"] = round(entry["total_ms"] + ms, 4)
             entry["configs"].append(cfg["label"])
-        if chrome is not None and cfg["label"] in TRACES_WRITTEN and written < MAX_TRACE_FILES:
+        if (chrome is not None and cfg["label"] in TRACES_WRITTEN and written < MAX_TRACE_FILES
+                and row.get("trace_gz_bytes", 0) < MAX_FILE_BYTES):
             path = write_trace(chrome, args.out / f"trace_{cfg['label'].replace(' ', '_')}.json.gz")
             row["trace_file"] = path.name
             written += 1
