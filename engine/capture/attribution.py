@@ -391,9 +391,11 @@ def attribute(trace: Trace, module_parents: frozenset[str] = frozenset()) -> Att
                 j += 1
             if ge - gs < GAP_LIST_MIN_US:
                 continue
+            # a blocking call returns when the GPU work it waits for is done, so the one that caused the gap
+            # ends right at its start; a sync wins over a blocking DtoH copy
             cause, site = "host", None
             k = bisect.bisect_left(block_ends, gs - CAUSE_TOLERANCE_US)
-            while k < len(blocking) and blocking[k].start <= gs + CAUSE_TOLERANCE_US:
+            while k < len(blocking) and block_ends[k] <= gs + CAUSE_TOLERANCE_US:
                 c = blocking[k]
                 if c.kind == "sync":
                     cause, site = "sync", call_site.get(id(c))
