@@ -133,7 +133,8 @@ def measure(cfg: dict[str, Any], frames: np.ndarray, device: str, repeats: int, 
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = (f"{'config':26} {'wall ms':>8} {'prof ms':>8} {'ovh':>5} {'kern':>6} {'launch':>6} {'sync':>5} "
-            f"{'copy':>5} {'k/wall':>6} {'named k':>7} {'named w':>7} {'cap s':>5} {'trace MB':>8}  top finding")
+            f"{'copy':>5} {'k/wall':>6} {'named k':>7} {'named w':>7} {'trk w':>7} {'cap s':>5} {'trace MB':>8}  "
+            "top finding")
     lines = [head, "-" * len(head)]
     for r in rows:
         if "summary" not in r:
@@ -150,7 +151,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"{r['label']:26} {r['wall_ms_median']:8.2f} {s['profiled_wall_ms'] or 0:8.2f} {r['overhead'] or 0:5.2f} "
             f"{c['kernels']:6d} {c['launches']:6d} {c['syncs']:5d} {c['copies']:5d} {pct(kw):>6} "
-            f"{pct(sh['kernel_named']):>7} {pct(sh['wall_named']):>7} {r['capture_s']:5.1f} "
+            f"{pct(sh['kernel_named']):>7} {pct(sh['wall_named']):>7} {pct(sh['wall_named_of_tracker']):>7} "
+            f"{r['capture_s']:5.1f} "
             f"{r.get('trace_gz_bytes', 0) / 2**20:8.2f}  "
             + (f"{top['rule']} [{top['severity']}] {top['evidence']['share']:.2f}: {top['title'][:70]}" if top else "-")
             + (f"  ERROR {s['error']}" if s.get("error") else ""))

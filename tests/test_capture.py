@@ -150,6 +150,8 @@ def test_capture_session_of_a_deep_nested_plugin_attributes_to_nested_paths():
     stage_labels = {s.label for s in result.trace.stages}
     assert {"upload", "features", "updater", "download"} <= stage_labels
     summary = summarize(result)
+    assert summary.shares.wall_named_of_tracker >= summary.shares.wall_named  # the adapter's stages left out
+    assert summary.shares.wall_attributed >= summary.shares.wall_named
     modules = {r.module for r in summary.modules}
     assert "updater.blocks.2.attn.qkv" in modules
     assert forward_body("updater.blocks.2.attn") in modules  # softmax and the head split

@@ -16,14 +16,13 @@ from __future__ import annotations
 from typing import Any
 
 from engine.capture.kernels import generation
-from engine.capture.summary import AUTOCAST_PRECISIONS, CaptureSummary
+from engine.capture.summary import ADAPTER_STAGES, AUTOCAST_PRECISIONS, CaptureSummary
 
 CRITICAL_SHARE = 0.25
 WARNING_SHARE = 0.05
 REPORT_SHARE = 0.01  # a finding about less than this share of the run is not reported
 SYNC_MIN = 8  # host syncs per run (outside the adapter's own stages) before host_sync fires
 SYNC_COST_MS = 0.015  # the least a host sync costs: the GPU drains and waits for the next launch
-ADAPTER_STAGES = ("upload", "download", "decode")  # their syncs are the run's own input/output
 LAUNCH_COST_MS = 0.01  # host time per kernel launch from Python (measured ~10-15 us on the H200)
 LAUNCHES_PER_MS = 10.0  # launch rate above which a run with an idle GPU is launch-bound
 LAUNCH_BUSY_MAX = 0.5  # kernels busy under this share of the wall

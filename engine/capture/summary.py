@@ -38,6 +38,7 @@ TOP_SITES = 10
 TOP_GAPS = 20
 TOP_FP32_OPS = 20
 UNNAMED = (STAGE_BODY, OUTSIDE_STAGES, UNATTRIBUTED)
+ADAPTER_STAGES = ("upload", "download", "decode")  # trackscope's own stages around a tracker's call
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,10 @@ class Shares:
     wall_named: float | None = None  # share of the main thread's wall time
     kernel_ms_named: float = 0.0
     wall_ms_named: float = 0.0
+    wall_attributed: float | None = None  # share of wall in a named module, forward body or stage
+    wall_named_of_tracker: float | None = None  # named share of the tracker's own time: the run less the
+    #                                             adapter's stages (upload, download, decode) and the time
+    #                                             outside every stage and module (the session's loop)
 
 
 @dataclass(frozen=True)
@@ -365,8 +370,13 @@ def _build(att: Attribution, base: dict[str, Any], precision: str, capability: t
                     total.memsets, total.cpu_ops)
     named_kernel = sum(b.kernel_us for (_, m), b in att.buckets.items() if m not in UNNAMED)
     named_wall = sum(b.wall_us for (_, m), b in att.buckets.items() if m not in UNNAMED)
+    outside = att.buckets.get((OUTSIDE_STAGES, OUTSIDE_STAGES), Bucket()).wall_us
+    adapter = sum(b.wall_us for (stage, _), b in att.buckets.items() if stage in ADAPTER_STAGES)
+    tracker_wall = att.wall_us - outside - adapter
     shares = Shares(named_kernel / total.kernel_us if total.kernel_us else None,
-                    named_wall / att.wall_us if att.wall_us else None, _ms(named_kernel), _ms(named_wall))
+                    named_wall / att.wall_us if att.wall_us else None, _ms(named_kernel), _ms(named_wall),
+                    (att.wall_us - outside) / att.wall_us if att.wall_us else None,
+                    min(1.0, named_wall / tracker_wall) if tracker_wall > 0 else None)
     sites = tuple(SyncSite(s, int(c), _ms(us)) for s, (c, us) in
                   sorted(att.sync_sites.items(), key=lambda kv: -kv[1][0])[:TOP_SITES])
     fp32 = ()
