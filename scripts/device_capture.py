@@ -33,8 +33,8 @@ from engine.capture.kernels import classify  # noqa: E402
 from engine.capture.profile import capture_session  # noqa: E402
 from engine.capture.rules import diagnose_capture  # noqa: E402
 from engine.capture.summary import summarize  # noqa: E402
-from engine.config import RunConfig  # noqa: E402
-from engine.session import Finished, Session  # noqa: E402
+from engine.core.config import RunConfig  # noqa: E402
+from engine.run.session import Finished, Session  # noqa: E402
 from engine.trackers.base import Tracker  # noqa: E402
 from engine.trackers.plugin import PluginTracker  # noqa: E402
 

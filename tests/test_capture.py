@@ -17,10 +17,10 @@ from engine.capture.profile import capture_run, capture_session
 from engine.capture.rules import diagnose_capture
 from engine.capture.summary import CaptureSummary, summarize
 from engine.capture.trace import MODULE_PREFIX, STAGE_PREFIX, load_chrome_trace, parse_chrome_trace
-from engine.config import RunConfig
-from engine.errors import ReportError
-from engine.session import Session
-from engine.stages import StageTimer
+from engine.core.config import RunConfig
+from engine.core.errors import ReportError
+from engine.core.stages import StageTimer
+from engine.run.session import Session
 from engine.trackers.plugin import PluginTracker
 from tests.helpers import moving_square_video
 from tests.plugins import planted_capture

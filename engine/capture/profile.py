@@ -151,7 +151,7 @@ class _Instrumentation:
                 return
 
     def install(self) -> None:
-        from engine.stages import add_stage_observer
+        from engine.core.stages import add_stage_observer
 
         hooks = torch.nn.modules.module
         self.handles.append(hooks.register_module_forward_pre_hook(self._pre))
@@ -163,7 +163,7 @@ class _Instrumentation:
         add_stage_observer(self._observer)
 
     def remove(self) -> None:
-        from engine.stages import remove_stage_observer
+        from engine.core.stages import remove_stage_observer
 
         for handle in self.handles:
             handle.remove()
@@ -296,7 +296,7 @@ def capture_session(
     """
     probe = make_session()
     if device is None:
-        from engine.devices import resolve_device
+        from engine.core.devices import resolve_device
 
         try:
             device = resolve_device(probe.config.device)

@@ -27,7 +27,7 @@ from engine.capture.attribution import (
     forward_body,
 )
 from engine.capture.kernels import classify, is_legacy_arch
-from engine.errors import ReportError
+from engine.core.errors import ReportError
 
 SUMMARY_VERSION = 1
 AUTOCAST_PRECISIONS = ("fp16", "bf16")
