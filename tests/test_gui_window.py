@@ -11,7 +11,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QSettings  # noqa: E402
 
 from engine.core.config import RunConfig  # noqa: E402
-from engine.io.video import write_video  # noqa: E402
+from engine.io.video import load_video, write_video  # noqa: E402
 from engine.report.recorder import RunRecorder, report_tracks, save_report  # noqa: E402
 from engine.run.session import BatchDone, Session  # noqa: E402
 from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult  # noqa: E402
@@ -212,7 +212,8 @@ def test_replay_recorded_report(qtbot, settings, tmp_path):
     write_video(video, frames, fps=10)
     queries = np.array([[0, 8, 12], [0, 20, 20], [3, 10, 10]], np.float32)
     recorder = RunRecorder()
-    session = Session(video, queries, RunConfig(tracker="lk", points_per_batch=2))
+    decoded, info = load_video(video)  # sessions take decoded frames
+    session = Session(decoded, queries, RunConfig(tracker="lk", points_per_batch=2), video_info=info.to_dict())
     for event in session.events():
         recorder.add(event)
         if isinstance(event, BatchDone) and event.index == 0:

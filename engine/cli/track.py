@@ -8,6 +8,7 @@ from pathlib import Path
 
 from engine.cli.common import Progress, add_run_arguments, config_from_args
 from engine.core.errors import UserError
+from engine.io.geometry import VideoGeometry
 from engine.io.trackio import grid_queries, read_queries_csv, save_tracks
 from engine.run.session import BatchDone, Failed, Finished, Session, Started
 
@@ -33,13 +34,14 @@ def run(args: argparse.Namespace) -> int:
     with open_video(args.video) as reader:
         frames = reader.read()
         info = {**reader.info.to_dict(), "warnings": list(reader.warnings)}
+        geometry = VideoGeometry.from_info(reader.info, frames)
     for w in info["warnings"]:
         print(f"trackscope track: warning: {w}", file=sys.stderr)
     if args.queries is not None:
         queries = read_queries_csv(args.queries)
     else:
         queries = grid_queries(args.grid, info["width"], info["height"])
-    session = Session(frames, queries, config, video_info=info)  # it converts to shrunk frames' pixels
+    session = Session(frames, queries, config, video_info=info, geometry=geometry)  # queries: source pixels
     recorder = None
     if args.report is not None:
         from engine.report.recorder import RunRecorder
@@ -54,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"trackscope track: {event.tracker.get('name', config.tracker)} on {event.device_name}, "
                   f"{config.precision}, {event.num_queries} points x {info['num_frames']} frames "
                   f"({info['width']}x{info['height']})", file=sys.stderr)
+            if event.device_note:
+                print(f"trackscope track: note: {event.device_note}", file=sys.stderr)
             if event.precision_gate:
                 print(f"trackscope track: warning: {event.precision_gate}", file=sys.stderr)
         elif isinstance(event, BatchDone):

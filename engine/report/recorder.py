@@ -122,6 +122,8 @@ class RunRecorder:
         run = self._open_run(event.t)
         run.update({"config": event.config.to_dict(), "device": event.device, "device_name": event.device_name,
                     "precision_gate": event.precision_gate, "num_batches": event.num_batches})
+        if event.device_note:
+            run["device_note"] = event.device_note
 
     def _current_run(self, t: float) -> dict[str, Any]:
         """The open run, or a new one when events arrive without a Started."""
