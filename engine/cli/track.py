@@ -20,11 +20,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--grid", type=int, metavar="K", help="a K x K grid of queries on frame 0")
     p.add_argument("--out", type=Path, required=True, metavar="OUT.npz", help="tracks NPZ (or .csv)")
     p.add_argument("--report", type=Path, metavar="REPORT.json", help="also write a run report")
+    p.add_argument("--deep", action="store_true",
+                   help="after the run, capture one more warm run under torch.profiler: per stage and module, "
+                        "kernels, syncs, copies, findings; into the report, trace beside it (REPORT.trace.json.gz)")
     add_run_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
     from engine.io.video import open_video
+    from engine.trackers import load_tracker
 
     config = config_from_args(args)
     if args.out.suffix.lower() not in (".npz", ".csv"):
@@ -41,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
         queries = read_queries_csv(args.queries)
     else:
         queries = grid_queries(args.grid, info["width"], info["height"])
-    session = Session(frames, queries, config, video_info=info, geometry=geometry)  # queries: source pixels
+    # --deep captures more runs of the same tracker instance: its modules are the capture's roots
+    tracker = load_tracker(config.tracker) if args.deep else None
+    session = Session(frames, queries, config, tracker=tracker, video_info=info, geometry=geometry)
     recorder = None
     if args.report is not None:
         from engine.report.recorder import RunRecorder
@@ -72,9 +78,21 @@ def run(args: argparse.Namespace) -> int:
     assert isinstance(last, Finished)
     save_tracks(args.out, last.tracks, last.visible, queries)
     print(f"trackscope track: wrote {args.out} ({len(queries)} points, {last.wall_ms:.0f} ms)", file=sys.stderr)
+    deep = None
+    if args.deep:
+        from engine.workflows.deep import deep_capture, format_capture, trace_path_for
+
+        deep = deep_capture(lambda: Session(frames, queries, config, tracker=tracker, video_info=info,
+                                            geometry=geometry),
+                            precision=config.precision, typical_wall_ms=None,
+                            trace_path=trace_path_for(args.report or args.out))
+        print(format_capture(deep), file=sys.stderr)
     if recorder is not None:
         from engine.report.recorder import save_report
 
-        save_report(args.report, recorder.build())
+        report = recorder.build()
+        if deep is not None:
+            report["capture"] = deep.to_dict()
+        save_report(args.report, report)
         print(f"trackscope track: wrote {args.report}", file=sys.stderr)
     return 0

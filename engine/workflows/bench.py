@@ -155,7 +155,8 @@ class Bench:
     """Runs the sweep; ``rows`` and ``reports`` fill as it goes."""
 
     def __init__(self, data: BenchInput, tracker_name: str, device: str, timing: bool = True,
-                 telemetry: bool = True, cost: bool = True, log=None):
+                 telemetry: bool = True, cost: bool = True, log=None, deep: bool = False,
+                 trace_dir: Path | None = None):
         from engine.core.devices import resolve_device
         from engine.trackers import load_tracker
 
@@ -166,6 +167,8 @@ class Bench:
         self.tracker_name = tracker_name
         self.timing = timing
         self.cost = cost
+        self.deep = deep  # one captured run per configuration after the timed ones
+        self.trace_dir = trace_dir  # where the captures' traces go (the --out folder); None: no traces
         self.log = log or (lambda text: print(text, file=sys.stderr))
         self.sampler = None
         if telemetry:
@@ -225,6 +228,8 @@ class Bench:
                                 reference_label="fp32" if reference is not None else None)
         report["video"].setdefault("path", self.data.info.get("path"))
         report["queries_source"] = self.data.source
+        if self.deep:
+            report["capture"] = self._capture(config, report)
         self._fill_row(row, report, g.reason)
         if config.precision == "fp32":
             final = recorder.final
@@ -234,6 +239,16 @@ class Bench:
             row.speedup = self._fp32[key][0].ms_median / row.ms_median
         self.reports.append(report)
         return row
+
+    def _capture(self, config: RunConfig, report: dict[str, Any]) -> dict[str, Any]:
+        """The deep-capture pass of one configuration (after its timed runs); its summary for the report."""
+        from engine.workflows.deep import deep_capture, format_capture, trace_path_for
+
+        trace = trace_path_for(self.trace_dir / (_slug(config.label()) + ".json")) if self.trace_dir else None
+        deep = deep_capture(lambda: self._session(config), precision=config.precision,
+                            typical_wall_ms=(report.get("totals") or {}).get("warm_ms_median"), trace_path=trace)
+        self.log(format_capture(deep))
+        return deep.to_dict()
 
     def _fill_row(self, row: Row, report: dict[str, Any], gate_reason: str) -> None:
         runs = [r for r in report["runs"] if r.get("status") == "finished"]
