@@ -22,6 +22,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from engine.core.config import RunConfig
+from engine.telemetry.sampler import clock_reason_mask
 
 POLL_HZ = 5.0  # highest paint rate; the sampler's data rate (10 Hz) is independent of it
 #: on a long time axis the charts redraw less often: when the newest sample has moved this many pixels
@@ -59,7 +60,7 @@ STAGE_COLOURS = [
     (219, 219, 141), (158, 218, 229),
 ]
 #: clock-limit reason bits that are not interesting on their own (GPU idle, application clock setting)
-BORING_CLOCK_REASONS = 0x1 | 0x2
+BORING_CLOCK_REASONS = clock_reason_mask("GPU idle", "applications clocks setting")
 MARKER_PEN = pg.mkPen((255, 200, 0), width=1, style=Qt.PenStyle.DashLine)
 
 

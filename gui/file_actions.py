@@ -12,6 +12,7 @@ import numpy as np
 from PySide6.QtWidgets import QFileDialog, QWidget
 
 from engine.core.errors import UserError
+from engine.io.geometry import VideoGeometry
 from engine.io.trackio import grid_queries, read_queries_csv
 from engine.io.video import VIDEO_EXTENSIONS
 from gui import export
@@ -65,7 +66,7 @@ class FileActions:
         path = Path(path)
         with open_video(path) as reader:
             frames = reader.read()
-            info = reader.info.to_dict()
+            info = {**reader.info.to_dict(), **VideoGeometry.from_info(reader.info, frames).to_dict()}
             warnings = list(reader.warnings)
         if len(frames) == 0:
             raise UserError(f"{path}: the video holds no frames")
@@ -78,13 +79,8 @@ class FileActions:
             self.show_message("; ".join(warnings), level="warning")
 
     def csv_queries(self, path: str | Path) -> np.ndarray:
-        """A queries CSV (the video's own pixels) in the pixels of the frames shown, shrunk or not."""
-        from engine.io.video import query_scale
-
-        src = self.video_info
-        return read_queries_csv(path) / query_scale(src.get("source_width") or src.get("width") or 1,
-                                                    src.get("source_height") or src.get("height") or 1,
-                                                    self.frames)
+        """A queries CSV, in source pixels as the app keeps queries (the view places frames in them)."""
+        return read_queries_csv(path)
 
     def set_video(self, frames: np.ndarray, fps: float | None = None, path: str | None = None,
                   info: dict[str, Any] | None = None, queries: np.ndarray | None = None) -> None:
@@ -94,18 +90,19 @@ class FileActions:
         self.frames = np.ascontiguousarray(frames)
         self.video_path = path
         t, h, w = self.frames.shape[:3]
-        self.video_info = {**(info or {}), "path": path, "num_frames": t, "width": w, "height": h,
-                           "source_width": (info or {}).get("width", w), "source_height": (info or {}).get("height", h),
+        geometry = VideoGeometry.from_info(info or {}, self.frames)  # queries and tracks: its source pixels
+        self.video_info = {**(info or {}), "path": path, "num_frames": t, **geometry.to_dict(),
+                           "width": geometry.source_width, "height": geometry.source_height,
                            "fps": fps or (info or {}).get("fps")}
         self.current = None
         self.report = None
         self.recorder = None  # the recorder belongs to self.report: an export must not rebuild an older run
         self.ground_truth = None
-        self.view.set_video(self.frames, fps)
+        self.view.set_video(self.frames, fps, geometry)
         self.charts.clear_runs()
         self._origin = None
         if queries is None:
-            queries = grid_queries(self.grid_spin.value(), w, h)
+            queries = grid_queries(self.grid_spin.value(), *geometry.source_size)
         self.set_queries(queries)
         name = Path(path).name if path else "video"
         self.setWindowTitle(f"trackscope — {name}")

@@ -232,7 +232,7 @@ class MainWindow(FileActions, QMainWindow):
         if self.frames is None:
             return
         self.settings.set_value("grid", k)
-        h, w = self.frames.shape[1:3]
+        w, h = self.view.geometry.source_size  # queries are source pixels
         self.set_queries(grid_queries(k, w, h, t=self.view.frame))
 
     def _add_query(self, t: float, x: float, y: float) -> None:

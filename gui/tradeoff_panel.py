@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 
 from engine.analysis.metrics import divergence
 from engine.core.errors import ReportError
+from engine.core.units import GIB, MIB
 from engine.report.recorder import load_reports, report_tracks, validate_report
 
 BASELINE_PRECISION = "fp32"
@@ -49,8 +50,6 @@ HEADER_TIPS = {"points/batch": "points tracked per batch (the run tracks all its
                "runs": "runs recorded in the report"}
 COL = {name: i for i, name in enumerate(COLUMNS)}
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
-MIB = 1024 ** 2
-GIB = 1024 ** 3
 SYMBOL_SIZE = 12
 MAX_TICKS = 9
 TICK_MARGIN = 1.3  # ticks cover the data range widened by this factor each side

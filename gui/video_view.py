@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.io.geometry import VideoGeometry
 from gui.transport import Transport
 
 #: colours per track, cycled (a qualitative palette that reads on video)
@@ -200,6 +201,7 @@ class VideoView(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.frames: np.ndarray | None = None  # uint8 [T, H, W, 3]
+        self.geometry = VideoGeometry.unscaled(1, 1)  # source vs frame pixels; queries and tracks are source
         self.tracks: np.ndarray | None = None  # float32 [N, T, 2]
         self.visible: np.ndarray | None = None  # bool [N, T]
         self.queries = np.zeros((0, 3), np.float32)  # [N, 3]
@@ -253,16 +255,19 @@ class VideoView(QWidget):
         self._update_interval()
 
     # -- data -------------------------------------------------------------------------------------
-    def set_video(self, frames: np.ndarray, fps: float | None = None) -> None:
-        """Show a new video (uint8 [T, H, W, 3]); clears tracks and queries."""
+    def set_video(self, frames: np.ndarray, fps: float | None = None, geometry: VideoGeometry | None = None) -> None:
+        """Show a new video (uint8 [T, H, W, 3]) in source pixels (geometry; default unscaled); clears tracks."""
         self.frames = np.ascontiguousarray(frames)
         self.fps = float(fps) if fps and fps > 0 else DEFAULT_FPS
         t, h, w = self.frames.shape[:3]
+        self.geometry = geometry or VideoGeometry.unscaled(w, h)
+        sx, sy = self.geometry.scale  # the image is placed in source pixels: queries and tracks draw as they are
+        rect = QRectF(-0.5 * sx, -0.5 * sy, w * sx, h * sy)  # frame pixel centres at their source positions
         self.image.setImage(self.frames[0], levels=(0, 255), autoLevels=False)
-        self.image.setRect(QRectF(-0.5, -0.5, w, h))  # pixel centres at integer coordinates
-        self.points.set_bounds(QRectF(-0.5, -0.5, w, h))
-        self.trails.set_bounds(QRectF(-0.5, -0.5, w, h))
-        self.query_markers.set_bounds(QRectF(-0.5, -0.5, w, h))
+        self.image.setRect(rect)
+        self.points.set_bounds(rect)
+        self.trails.set_bounds(rect)
+        self.query_markers.set_bounds(rect)
         self.tracks = self.visible = None
         self.queries = np.zeros((0, 3), np.float32)
         self.transport.set_count(t)
@@ -331,7 +336,7 @@ class VideoView(QWidget):
 
     def fit(self) -> None:
         if self.frames is not None:
-            h, w = self.frames.shape[1:3]
+            w, h = self.geometry.source_size  # the image is placed in source pixels
             self.plot.getViewBox().setRange(QRectF(-0.5, -0.5, w, h), padding=0.0)
 
     # -- drawing ----------------------------------------------------------------------------------
@@ -379,8 +384,7 @@ class VideoView(QWidget):
         self.add_query_at(p)
 
     def add_query_at(self, p: QPointF) -> None:
-        """Emit ``query_added`` for a point in video pixels, if it lies inside the frame."""
-        h, w = self.frames.shape[1:3]
+        """Emit ``query_added`` for a point in source pixels, if it lies inside the video."""
         x, y = float(p.x()), float(p.y())
-        if -0.5 <= x <= w - 0.5 and -0.5 <= y <= h - 0.5:
+        if self.geometry.contains_source(np.array([x, y])):
             self.query_added.emit(float(self.frame), x, y)

@@ -1,86 +1,149 @@
-"""VideoGeometry: source vs frame pixels, bit-identical to engine.video.query_scale's mapping."""
+"""One video geometry: source vs frame pixels, converted only by the session; CLI and app agree on a huge video."""
 
 from __future__ import annotations
+
+import json
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import numpy as np
 import pytest
 
+from engine.cli.entry import main
+from engine.core.config import RunConfig
 from engine.io.geometry import VideoGeometry
-from engine.io.video import DEFAULT_MAX_SIDE, fit_within, query_scale
+from engine.io.trackio import write_queries_csv
+from engine.io.video import DEFAULT_MAX_SIDE, open_video, write_video
+from engine.report.files import load_report
+from engine.report.schema import Report, as_report
+from engine.run.session import Finished, Session, Started
+from tests.helpers import ConstantVelocityTracker, moving_square_video
 
-WIDE_SOURCE = (4200, 64)  # over the reader's max side: decoded 4096 wide
-
-
-def _wide_frames() -> np.ndarray:
-    width, height = fit_within(*WIDE_SOURCE, DEFAULT_MAX_SIDE)
-    return np.zeros((1, height, width, 3), np.uint8)
-
-
-def _random_queries(n: int, width: int, height: int, num_frames: int = 5) -> np.ndarray:
-    rng = np.random.default_rng(0)
-    return np.stack([rng.integers(0, num_frames, n), rng.uniform(-0.5, width - 0.5, n),
-                     rng.uniform(-0.5, height - 0.5, n)], axis=1).astype(np.float32)
-
-
-def test_wide_source_is_shrunk_to_the_max_side():
-    frames = _wide_frames()
-    geo = VideoGeometry.from_frames(*WIDE_SOURCE, frames)
-    assert geo.frame_width == DEFAULT_MAX_SIDE and geo.frame_height == frames.shape[1]
-    assert geo.is_scaled
-    sx, sy = geo.scale
-    assert sx == pytest.approx(4200 / 4096) and sy == pytest.approx(64 / frames.shape[1])
+#: a video wider than the reader's max side: decoded shrunk to 4096 x 62
+HUGE_SIZE = (4200, 64)
+HUGE_FRAMES = 3
+#: a query near the right edge, where a missed conversion is ~100 px off
+HUGE_QUERIES = np.array([[0, 4000.0, 30.0], [1, 100.0, 10.0], [0, 2100.0, 40.0]], np.float32)
+AGREE_PX = 1e-3
 
 
-def test_conversions_match_query_scale_bit_for_bit():
-    frames = _wide_frames()
-    geo = VideoGeometry.from_frames(*WIDE_SOURCE, frames)
-    scale = query_scale(*WIDE_SOURCE, frames)  # what the session uses today
-    queries = _random_queries(200, *WIDE_SOURCE)
-    assert np.array_equal(geo.queries_to_frame(queries), queries / scale)
-    assert geo.queries_to_frame(queries).dtype == np.float32
-    tracks = np.random.default_rng(1).uniform(0, 4000, (7, 5, 2)).astype(np.float32)  # [N, T, 2] frame px
-    assert np.array_equal(geo.to_source(tracks), tracks * scale[1:])
-    assert np.array_equal(geo.to_frame(tracks), tracks / scale[1:])
-    assert np.array_equal(geo.queries_to_source(queries), queries * scale)
-    assert np.array(geo.scale, np.float32).tolist() == scale[1:].tolist()
+def _old_query_scale(width: int, height: int, frames: np.ndarray) -> np.ndarray:
+    """The mapping before the geometry existed (engine.io.video.query_scale), kept here as the reference."""
+    return np.array([1.0, width / frames.shape[2], height / frames.shape[1]], np.float32)
 
 
-def test_round_trips():
-    geo = VideoGeometry(4200, 64, 4096, 62)
-    points = np.random.default_rng(2).uniform(-0.5, 4000, (3, 4, 2))
-    assert np.allclose(geo.to_source(geo.to_frame(points)), points, rtol=1e-6)
-    queries = _random_queries(50, 4200, 64)
-    back = geo.queries_to_source(geo.queries_to_frame(queries))
-    assert np.array_equal(back[:, 0], queries[:, 0])  # frame indices never change
-    assert np.allclose(back, queries, rtol=1e-6)
-    assert VideoGeometry.from_dict(geo.to_dict()) == geo
-    assert set(geo.to_dict()) == {"source_width", "source_height", "frame_width", "frame_height"}
+def test_conversions_match_the_former_query_scale_bit_for_bit():
+    frames = np.zeros((2, 62, 4096, 3), np.uint8)
+    geometry = VideoGeometry.from_frames(*HUGE_SIZE, frames)
+    scale = _old_query_scale(*HUGE_SIZE, frames)
+    assert geometry.is_scaled and geometry.scale == (float(scale[1]), float(scale[2]))
+    np.testing.assert_array_equal(geometry.queries_to_frame(HUGE_QUERIES), HUGE_QUERIES / scale)
+    tracks = np.random.default_rng(0).uniform(0, 60, (3, 2, 2)).astype(np.float32)
+    np.testing.assert_array_equal(geometry.to_source(tracks), tracks * scale[1:])
+    np.testing.assert_array_equal(geometry.to_frame(tracks), tracks / scale[1:])
 
 
-def test_identity_when_unscaled():
-    geo = VideoGeometry.unscaled(256, 128)
-    assert not geo.is_scaled and geo.scale == (1.0, 1.0)
-    points = np.random.default_rng(3).uniform(0, 100, (5, 2)).astype(np.float32)
-    assert np.array_equal(geo.to_frame(points), points) and np.array_equal(geo.to_source(points), points)
-    queries = _random_queries(10, 256, 128)
-    assert np.array_equal(geo.queries_to_frame(queries), queries)
-    assert VideoGeometry.from_frames(256, 128, np.zeros((2, 128, 256, 3), np.uint8)) == geo
-
-
-def test_bounds_are_pixel_edges():
-    geo = VideoGeometry.unscaled(10, 20)
-    points = np.array([[-0.5, -0.5], [9.5, 19.5], [-0.51, 0], [0, 19.51], [9.6, 0], [np.nan, 1]])
-    assert geo.contains_source(points).tolist() == [True, True, False, False, False, False]
-    assert geo.contains_source(np.zeros((2, 3, 2))).shape == (2, 3)
-
-
-def test_bad_values_are_refused():
-    with pytest.raises(ValueError, match="source_width"):
+def test_unscaled_geometry_is_the_identity_and_round_trips_through_a_dict():
+    geometry = VideoGeometry.unscaled(48, 32)
+    points = np.array([[1.25, 2.5], [47.0, 31.0]], np.float32)
+    assert not geometry.is_scaled and geometry.scale == (1.0, 1.0)
+    np.testing.assert_array_equal(geometry.to_frame(points), points)
+    assert VideoGeometry.from_dict(geometry.to_dict()) == geometry
+    assert set(geometry.to_dict()) == {"source_width", "source_height", "frame_width", "frame_height"}
+    inside = geometry.contains_source(np.array([[-0.5, -0.5], [47.5, 31.5], [47.6, 0.0], [0.0, -0.6]]))
+    assert inside.tolist() == [True, True, False, False]
+    with pytest.raises(ValueError):
         VideoGeometry(0, 10, 10, 10)
-    with pytest.raises(ValueError, match="frame_height"):
-        VideoGeometry(10, 10, 10, True)
-    with pytest.raises(ValueError, match=r"\[\.\.\., 2\]"):
-        VideoGeometry.unscaled(4, 4).to_frame(np.zeros((3, 3)))
-    with pytest.raises(ValueError, match="source_height"):
-        VideoGeometry.from_dict({"source_width": 4})
-    assert VideoGeometry.from_dict({"source_width": 4, "source_height": 3}) == VideoGeometry.unscaled(4, 3)
+
+
+def test_from_info_prefers_the_source_size():
+    frames = np.zeros((1, 31, 2048, 3), np.uint8)
+    geometry = VideoGeometry.from_info({"width": 4200, "height": 64, "fps": 24.0}, frames)
+    assert geometry == VideoGeometry(4200, 64, 2048, 31)
+    assert VideoGeometry.from_info({}, frames) == VideoGeometry.unscaled(2048, 31)
+
+
+def test_session_converts_once_each_way_and_started_carries_the_geometry():
+    frames = moving_square_video(num_frames=4, size=32)
+    geometry = VideoGeometry(64, 64, 32, 32)
+    queries = np.array([[0, 20.0, 30.0]], np.float32)
+    events = list(Session(frames, queries, RunConfig(tracker="constvel", device="cpu"),
+                          tracker=ConstantVelocityTracker(), geometry=geometry).events())
+    started, last = events[0], events[-1]
+    assert isinstance(started, Started) and started.geometry == geometry
+    assert started.video["width"] == 64 and started.video["frame_width"] == 32
+    assert isinstance(last, Finished)
+    np.testing.assert_allclose(last.tracks[0, :, 0], 20.0 + 2 * np.arange(4))  # 1 frame px = 2 source px
+    np.testing.assert_array_equal(last.queries, queries)
+
+
+def test_a_geometry_that_does_not_fit_the_frames_fails_clearly():
+    last = Session(moving_square_video(num_frames=4, size=32), np.array([[0, 5.0, 5.0]], np.float32),
+                   RunConfig(tracker="constvel", device="cpu"), tracker=ConstantVelocityTracker(),
+                   geometry=VideoGeometry(64, 64, 40, 40)).run()
+    assert not isinstance(last, Finished) and last.kind == "input" and "frame size" in last.message
+
+
+# -- a real video over the reader's max side: the CLI and the app record the same source pixels ---------------
+
+
+@pytest.fixture(scope="module")
+def huge_video(tmp_path_factory) -> tuple:
+    folder = tmp_path_factory.mktemp("huge")
+    rng = np.random.default_rng(1)
+    frames = rng.integers(0, 255, (HUGE_FRAMES, HUGE_SIZE[1], HUGE_SIZE[0], 3), dtype=np.uint8)
+    video = folder / "huge.avi"
+    write_video(video, frames)
+    write_queries_csv(folder / "huge.queries.csv", HUGE_QUERIES)
+    return video, folder / "huge.queries.csv"
+
+
+def test_the_reader_really_shrinks_the_huge_video(huge_video):
+    with open_video(huge_video[0]) as reader:
+        frames = reader.read()
+        assert (reader.info.width, reader.info.height) == HUGE_SIZE
+        assert reader.geometry == VideoGeometry.from_info(reader.info, frames)
+    assert max(frames.shape[1:3]) == DEFAULT_MAX_SIDE and frames.shape[2] < HUGE_SIZE[0]
+
+
+@pytest.fixture(scope="module")
+def cli_report(huge_video, tmp_path_factory) -> Report:
+    video, queries = huge_video
+    out = tmp_path_factory.mktemp("cli")
+    assert main(["track", str(video), "--queries", str(queries), "--out", str(out / "t.npz"),
+                 "--report", str(out / "r.json"), "--tracker", "lk", "--device", "cpu"]) == 0
+    raw = json.loads((out / "r.json").read_text())
+    assert "width" not in raw["video"] and raw["video"]["geometry"]["source_width"] == HUGE_SIZE[0]
+    return load_report(out / "r.json")
+
+
+def test_cli_keeps_source_pixels_in_the_report(cli_report):
+    queries, tracks, _ = cli_report.tracks_arrays()
+    np.testing.assert_array_equal(queries, HUGE_QUERIES)
+    assert tracks[0, 0, 0] == pytest.approx(4000.0, abs=0.5)  # at the query frame the track is the query
+    geometry = cli_report.video.geometry
+    assert (geometry.source_width, geometry.frame_width) == (4200, DEFAULT_MAX_SIDE) and geometry.is_scaled
+
+
+def test_app_records_the_same_queries_as_the_cli(qtbot, tmp_path, huge_video, cli_report):
+    from PySide6.QtCore import QSettings
+
+    from gui.main_window import MainWindow
+    from gui.settings import Settings
+
+    settings = Settings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
+    w = MainWindow(settings=settings, sampler=None, config=RunConfig(tracker="lk", device="cpu"))
+    qtbot.addWidget(w)
+    assert w.load_path(huge_video[0]), w.banner.message  # the sidecar queries CSV comes with it
+    np.testing.assert_allclose(w.queries, HUGE_QUERIES, atol=AGREE_PX)
+    shown = w.view.image.mapRectToParent(w.view.image.boundingRect())  # the image placed in source pixels
+    assert (shown.left(), shown.width()) == (pytest.approx(-0.5 * w.view.geometry.scale[0]), pytest.approx(4200))
+    with qtbot.waitSignal(w.run_finished, timeout=20_000):
+        assert w.start_run()
+    qtbot.waitUntil(lambda: not w.controller.running and w.report is not None, timeout=5000)
+    app_queries, app_tracks, _ = as_report(w.full_report()).tracks_arrays()
+    cli_queries, cli_tracks, _ = cli_report.tracks_arrays()
+    np.testing.assert_allclose(app_queries, cli_queries, atol=AGREE_PX)
+    np.testing.assert_allclose(app_tracks, cli_tracks, atol=AGREE_PX)
+    w.close()

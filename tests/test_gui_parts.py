@@ -357,7 +357,8 @@ def test_queries_csv_lands_on_shrunk_frames(qtbot, settings, tmp_path):
     w.set_video(moving_square_video(6, 32), fps=10, info={"width": 64, "height": 64, "fps": 10})
     write_queries_csv(tmp_path / "q.csv", np.array([[1, 20.0, 30.0]], np.float32))
     assert w.load_path(tmp_path / "q.csv")
-    np.testing.assert_allclose(w.queries, [[1, 10.0, 15.0]])
+    np.testing.assert_allclose(w.queries, [[1, 20.0, 30.0]])  # source pixels; the view places the frames in them
+    assert w.view.geometry.scale == (2.0, 2.0)
     w.close()
 
 

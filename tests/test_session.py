@@ -155,3 +155,68 @@ def test_shrunk_frames_track_in_frame_pixels_and_report_in_video_pixels():
     bad = Session(frames, np.array([[0, 50.0, 5.0]], np.float32), RunConfig(tracker="constvel", device="cpu"),
                   tracker=ConstantVelocityTracker(), video_info={"width": 48, "height": 48}).run()
     assert isinstance(bad, Failed) and "48x48" in bad.message
+
+
+def test_an_explicit_warm_cache_decides_cold_runs():
+    from engine.run.warm import PROCESS_WARM, WarmCache
+
+    cfg = RunConfig(tracker="constvel", device="cpu", points_per_batch=3, frames_per_batch=5)
+    warm = WarmCache()
+    before = len(PROCESS_WARM)
+
+    def first_batch(cache: WarmCache) -> BatchDone:
+        events = Session(moving_square_video(), _queries(3), cfg, tracker=ConstantVelocityTracker(),
+                         warm=cache).events()
+        return next(e for e in events if isinstance(e, BatchDone))
+
+    assert first_batch(warm).cold and not first_batch(warm).cold
+    assert len(warm) == 1 and len(PROCESS_WARM) == before  # the process's cache was not used
+    warm.clear()
+    assert first_batch(warm).cold
+
+
+class _CpuOnlyTracker(ConstantVelocityTracker):
+    device_types = ("cpu",)
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """torch believes a CUDA device exists (nothing runs on it in these tests)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+
+
+def test_a_cpu_only_tracker_asked_for_cuda_is_refused_by_name(fake_gpu):
+    last = Session(moving_square_video(), _queries(2), RunConfig(tracker="constvel", device="cuda"),
+                   tracker=_CpuOnlyTracker()).run()
+    assert isinstance(last, Failed) and last.kind == "input"
+    assert "'constvel'" in last.message and "cuda:0" in last.message and "cpu" in last.message
+    assert "--device cpu" in last.suggestion
+
+
+def test_device_auto_runs_a_cpu_only_tracker_on_the_cpu_and_says_so(fake_gpu):
+    events = list(Session(moving_square_video(), _queries(2), RunConfig(tracker="constvel", device="auto"),
+                          tracker=_CpuOnlyTracker()).events())
+    started = events[0]
+    assert isinstance(started, Started) and started.device == "cpu" and started.device_name == "CPU"
+    assert "constvel" in started.device_note and "CPU" in started.device_note
+    assert isinstance(events[-1], Finished)
+
+
+def test_sessions_take_decoded_frames_only():
+    last = Session(np.zeros((4, 8, 8), np.uint8), _queries(1), RunConfig(tracker="constvel", device="cpu"),
+                   tracker=ConstantVelocityTracker()).run()
+    assert isinstance(last, Failed) and "[T, H, W, 3]" in last.message
+
+
+def test_the_device_note_reaches_the_report(fake_gpu):
+    from engine.report.recorder import RunRecorder
+
+    recorder = RunRecorder()
+    for event in Session(moving_square_video(), _queries(2), RunConfig(tracker="constvel", device="auto"),
+                         tracker=_CpuOnlyTracker()).events():
+        recorder.add(event)
+    report = recorder.build()
+    assert report.runs[0].device == "cpu" and "constvel" in report.runs[0].extra["device_note"]

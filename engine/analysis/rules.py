@@ -32,7 +32,9 @@ from engine.analysis.facts import (
 from engine.analysis.growth import HOST_SYNC_US_PER_POINT, LAUNCH_MANY_OPS, group_growth, rule_batch_growth
 from engine.analysis.roofline import Cost, StageRoofline, report_cost
 from engine.core.precision import gate
+from engine.core.units import GIB
 from engine.report.schema import Report, as_report
+from engine.telemetry.sampler import clock_reason_mask
 
 __all__ = ["Finding", "Facts", "facts", "diagnose", "diagnose_many", "format_findings", "SEVERITIES",
            "HOST_SYNC_US_PER_POINT", "GPU_IDLE_BUSY_PCT", "ROOFLINE_LOW_PCT"]
@@ -59,8 +61,8 @@ CLOCK_BELOW_MAX_FRACTION = 0.90  # mean SM clock under this share of its maximum
 PCIE_DOWN_SAMPLE_SHARE = 0.50  # share of busy samples with the link below its maximum
 
 # NVML clock-limit reason bits (names in engine.telemetry.CLOCK_REASONS) that mean power or heat
-POWER_MASK = 0x4 | 0x80  # SW power cap, HW power brake slowdown
-THERMAL_MASK = 0x20 | 0x40 | 0x8  # SW/HW thermal slowdown, HW slowdown
+POWER_MASK = clock_reason_mask("SW power cap", "HW power brake slowdown")
+THERMAL_MASK = clock_reason_mask("SW thermal slowdown", "HW thermal slowdown", "HW slowdown")
 TRANSFER_STAGES = ("upload", "download")
 
 
@@ -215,7 +217,7 @@ def rule_memory_near_capacity(f: Facts) -> list[Finding]:
         return []
     severity = "critical" if frac >= MEMORY_CRITICAL_FRACTION else "warning"
     return [Finding("memory_near_capacity", severity, f"device memory reached {frac:.0%} of the card's "
-                    f"{total / 2**30:.0f} GiB", {"fraction": frac, "peak_allocated_bytes": f.peak_memory,
+                    f"{total / GIB:.0f} GiB", {"fraction": frac, "peak_allocated_bytes": f.peak_memory,
                                                "peak_used_bytes": peak_used, "total_bytes": total},
                     "lower points or frames per batch; free caches; expect OOM or allocator thrash")]
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from engine.analysis.roofline import report_cost
 from engine.core.errors import UserError
+from engine.core.units import ms_value
 from engine.report.schema import Report, as_report
 from engine.telemetry import specs
 
@@ -125,10 +126,7 @@ def project(report: Report | Mapping[str, Any], target_gpu: str) -> dict[str, An
     }
 
 
-def _fmt_ms(ms: float | None) -> str:
-    if ms is None:
-        return "-"
-    return f"{ms:.3g}" if ms < 1 else f"{ms:.1f}" if ms < 1e4 else f"{ms:.0f}"
+_fmt_ms = ms_value  # engine.core.units owns how a time is written
 
 
 def format_projection(result: dict[str, Any]) -> str:

@@ -43,6 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-telemetry", action="store_true", help="do not sample GPU/CPU telemetry")
     p.add_argument("--no-timing", action="store_true", help="no per-stage timing (wall time only)")
     p.add_argument("--no-cost", action="store_true", help="skip the counted pass (FLOPs/bytes per stage)")
+    p.add_argument("--deep", action="store_true",
+                   help="per configuration, one more warm run under torch.profiler after the timed runs "
+                        "(never timed): per stage and module, kernels, syncs, copies; traces beside the reports")
     p.add_argument("--overhead", action="store_true",
                    help="measure instrumentation overhead: timing+telemetry on vs off, alternating")
 
@@ -55,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--warmup must be >= 0 and --repeat >= 1, got {args.warmup} and {args.repeat}")
     data = load_input(args)
     bench = Bench(data, args.tracker, args.device, timing=not args.no_timing, telemetry=not args.no_telemetry,
-                  cost=not args.no_cost)
+                  cost=not args.no_cost, deep=args.deep, trace_dir=args.out)
     try:
         print(f"trackscope bench: {args.tracker} on {bench.device}, video {data.info.get('path')} "
               f"({data.frames.shape[0]} frames {data.frames.shape[2]}x{data.frames.shape[1]}), "

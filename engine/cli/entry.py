@@ -2,12 +2,15 @@
 
 Exit codes: 0 success, 2 bad usage or bad input (one-line reason on stderr), 1 internal error.
 Subcommands owned by other modules expose ``add_arguments(parser)`` and ``run(args) -> int``.
+Verbs owned outside the engine (the app's ``gui``) are found through the ``trackscope.commands``
+entry point group (pyproject.toml), so the engine names no app module.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
 import traceback
 from pathlib import Path
@@ -17,7 +20,6 @@ from engine.core.errors import UserError
 
 #: subcommand -> (module, one-line help); each module has add_arguments(parser) and run(args)
 SUBCOMMANDS = {
-    "gui": ("gui.app", "open the desktop app (on a video or a report to replay)"),
     "track": ("engine.cli.track", "track points in a video, write tracks NPZ/CSV"),
     "eval": ("engine.cli.evaluate", "grade a tracker on an evaluation set (TAP-Vid metrics)"),
     "sample": ("engine.cli.sample", "write synthetic videos with ground truth"),
@@ -26,6 +28,20 @@ SUBCOMMANDS = {
     "diagnose": ("engine.cli.diagnose", "print the findings of a run report"),
     "train": ("engine.cli.train", "train the CorrTrack model on synthetic videos"),
 }
+#: entry point group of the verbs that installed packages add (name = "module")
+ENTRY_POINT_GROUP = "trackscope.commands"
+#: the verb of `trackscope` alone or on a file: the desktop app, declared by its package
+DEFAULT_VERB = "gui"
+#: help lines of the verbs the engine expects from entry points (the module itself is not named here)
+ENTRY_POINT_HELP = {DEFAULT_VERB: "open the desktop app (on a video or a report to replay)"}
+
+
+def commands() -> dict[str, tuple[str, str]]:
+    """Every verb: the engine's own first, then those of the ``trackscope.commands`` entry points."""
+    found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    verbs = {ep.name: (ep.module, ENTRY_POINT_HELP.get(ep.name, f"from {ep.module}"))
+             for ep in found if ep.name not in SUBCOMMANDS}  # an entry point cannot replace an engine verb
+    return {**verbs, **SUBCOMMANDS}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,7 +54,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(prog="trackscope", description="Diagnostic workbench for GPU point tracking.")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
-    for name, (module_name, help_text) in SUBCOMMANDS.items():
+    for name, (module_name, help_text) in commands().items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         if only is not None and name != only:
             continue
@@ -55,14 +71,19 @@ def _looks_like_command(word: str) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    verbs = commands()
     first = argv[0] if argv else ""
-    if first and first not in SUBCOMMANDS and _looks_like_command(first):
-        print(f"trackscope: error: unknown command {first!r} (choose from {', '.join(SUBCOMMANDS)})",
+    if first and first not in verbs and _looks_like_command(first):
+        print(f"trackscope: error: unknown command {first!r} (choose from {', '.join(verbs)})",
               file=sys.stderr)
         return 2
-    if not argv or (first not in SUBCOMMANDS and first not in ("-h", "--help")):
-        argv = ["gui", *argv]  # `trackscope`, `trackscope VIDEO`, `trackscope --run`: the app
-    command = argv[0] if argv[0] in SUBCOMMANDS else None  # None: -h/--help, which parse_args answers and exits
+    if not argv or (first not in verbs and first not in ("-h", "--help")):
+        if DEFAULT_VERB not in verbs:
+            print(f"trackscope: cannot start {DEFAULT_VERB}: no package declares it in the {ENTRY_POINT_GROUP!r} "
+                  "entry points (install the app: pip install -e .)", file=sys.stderr)
+            return 1
+        argv = [DEFAULT_VERB, *argv]  # `trackscope`, `trackscope VIDEO`, `trackscope --run`: the app
+    command = argv[0] if argv[0] in verbs else None  # None: -h/--help, which parse_args answers and exits
     try:
         parser = build_parser(only=command)
     except ImportError as exc:

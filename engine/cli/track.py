@@ -8,6 +8,7 @@ from pathlib import Path
 
 from engine.cli.common import Progress, add_run_arguments, config_from_args
 from engine.core.errors import UserError
+from engine.io.geometry import VideoGeometry
 from engine.io.trackio import grid_queries, read_queries_csv, save_tracks
 from engine.run.session import BatchDone, Failed, Finished, Session, Started
 
@@ -19,11 +20,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--grid", type=int, metavar="K", help="a K x K grid of queries on frame 0")
     p.add_argument("--out", type=Path, required=True, metavar="OUT.npz", help="tracks NPZ (or .csv)")
     p.add_argument("--report", type=Path, metavar="REPORT.json", help="also write a run report")
+    p.add_argument("--deep", action="store_true",
+                   help="after the run, capture one more warm run under torch.profiler: per stage and module, "
+                        "kernels, syncs, copies, findings; into the report, trace beside it (REPORT.trace.json.gz)")
     add_run_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
     from engine.io.video import open_video
+    from engine.trackers import load_tracker
 
     config = config_from_args(args)
     if args.out.suffix.lower() not in (".npz", ".csv"):
@@ -33,13 +38,16 @@ def run(args: argparse.Namespace) -> int:
     with open_video(args.video) as reader:
         frames = reader.read()
         info = {**reader.info.to_dict(), "warnings": list(reader.warnings)}
+        geometry = VideoGeometry.from_info(reader.info, frames)
     for w in info["warnings"]:
         print(f"trackscope track: warning: {w}", file=sys.stderr)
     if args.queries is not None:
         queries = read_queries_csv(args.queries)
     else:
         queries = grid_queries(args.grid, info["width"], info["height"])
-    session = Session(frames, queries, config, video_info=info)  # it converts to shrunk frames' pixels
+    # --deep captures more runs of the same tracker instance: its modules are the capture's roots
+    tracker = load_tracker(config.tracker) if args.deep else None
+    session = Session(frames, queries, config, tracker=tracker, video_info=info, geometry=geometry)
     recorder = None
     if args.report is not None:
         from engine.report.recorder import RunRecorder
@@ -54,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"trackscope track: {event.tracker.get('name', config.tracker)} on {event.device_name}, "
                   f"{config.precision}, {event.num_queries} points x {info['num_frames']} frames "
                   f"({info['width']}x{info['height']})", file=sys.stderr)
+            if event.device_note:
+                print(f"trackscope track: note: {event.device_note}", file=sys.stderr)
             if event.precision_gate:
                 print(f"trackscope track: warning: {event.precision_gate}", file=sys.stderr)
         elif isinstance(event, BatchDone):
@@ -68,9 +78,18 @@ def run(args: argparse.Namespace) -> int:
     assert isinstance(last, Finished)
     save_tracks(args.out, last.tracks, last.visible, queries)
     print(f"trackscope track: wrote {args.out} ({len(queries)} points, {last.wall_ms:.0f} ms)", file=sys.stderr)
+    deep = None
+    if args.deep:
+        from engine.workflows.deep import deep_capture, format_capture, trace_path_for
+
+        deep = deep_capture(lambda: Session(frames, queries, config, tracker=tracker, video_info=info,
+                                            geometry=geometry),
+                            precision=config.precision, typical_wall_ms=None,
+                            trace_path=trace_path_for(args.report or args.out))
+        print(format_capture(deep), file=sys.stderr)
     if recorder is not None:
         from engine.report.files import save
 
-        save(recorder.build(), args.report)
+        save(recorder.build(capture=deep.to_dict() if deep is not None else None), args.report)
         print(f"trackscope track: wrote {args.report}", file=sys.stderr)
     return 0

@@ -33,6 +33,7 @@ def resolve_device(name: str) -> torch.device:
 
 
 def device_name(device: torch.device) -> str:
+    """What a user calls the device: the GPU's marketing name, or "CPU" (the one owner of this name)."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return "CPU"

@@ -4,7 +4,7 @@ The source is the video file's own pixel grid; frames are what the reader decode
 over the reader's max side is shrunk on reading). Both use OpenCV's convention: x right, y down, (0, 0)
 is the centre of the top-left pixel. A frame pixel spans ``scale`` source pixels per axis, and points
 are multiplied (frame -> source) or divided (source -> frame) by it, exactly as
-``engine.video.query_scale`` does (float32 factors), so tracks stay bit-identical.
+``engine.io.video.query_scale`` did (float32 factors), so tracks stay bit-identical.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-#: the dtype of the scale factors (engine.video.query_scale's); conversions must match it bit for bit
+#: the dtype of the scale factors (the former engine.io.video.query_scale's); conversions must match it bit for bit
 SCALE_DTYPE = np.float32
 #: half a pixel: a pixel centre is at an integer coordinate, its area reaches 0.5 px either side
 HALF_PIXEL = 0.5
@@ -51,6 +51,15 @@ class VideoGeometry:
         height, width = (shape[1], shape[2]) if len(shape) >= 4 else (shape[0], shape[1])
         return cls(source_width, source_height, int(width), int(height))
 
+    @classmethod
+    def from_info(cls, info: Any, frames: Any) -> VideoGeometry:
+        """The geometry of frames [T, H, W, 3] decoded from a VideoInfo or its dict (width/height: the source)."""
+        data = info.to_dict() if hasattr(info, "to_dict") else dict(info or {})
+        shape = np.shape(frames)
+        width = int(data.get("source_width") or data.get("width") or shape[2])
+        height = int(data.get("source_height") or data.get("height") or shape[1])
+        return cls.from_frames(width, height, frames)
+
     # -- sizes and scale -----------------------------------------------------------------------
     @property
     def source_size(self) -> tuple[int, int]:
@@ -79,7 +88,7 @@ class VideoGeometry:
                         SCALE_DTYPE)
 
     def _query_factors(self) -> np.ndarray:
-        """float32 [3] (1, sx, sy): engine.video.query_scale's factors for (t, x, y) queries."""
+        """float32 [3] (1, sx, sy): the former query_scale's factors for (t, x, y) queries."""
         return np.concatenate([np.ones(1, SCALE_DTYPE), self._factors()])
 
     # -- conversions ---------------------------------------------------------------------------

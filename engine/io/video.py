@@ -17,6 +17,7 @@ of a still-open capture), never with ``CAP_PROP_POS_FRAMES``, whose accuracy dep
 
 from __future__ import annotations
 
+import logging
 import math
 import operator
 import os
@@ -29,6 +30,9 @@ import cv2
 import numpy as np
 
 from engine.core.errors import VideoError
+from engine.io.geometry import VideoGeometry
+
+log = logging.getLogger(__name__)
 
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v")
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
@@ -148,14 +152,6 @@ def resize_frames(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return out
 
 
-def query_scale(width: int, height: int, frames: np.ndarray) -> np.ndarray:
-    """float32 [3] factors taking (t, x, y) from the pixels of frames [T, H, W, 3] to a width x height video's.
-
-    Frames over the reader's max side come back shrunk: track ``queries / scale``, report ``tracks * scale[1:]``.
-    """
-    return np.array([1.0, width / frames.shape[2], height / frames.shape[1]], np.float32)
-
-
 def fit_within(width: int, height: int, max_side: int) -> tuple[int, int]:
     """(width, height) scaled down, aspect kept, so the larger side is at most max_side."""
     scale = max_side / max(width, height)
@@ -272,6 +268,11 @@ class VideoReader:
         """(width, height) that read() returns when no size is given (source size, capped by max_side)."""
         return fit_within(self.info.width, self.info.height, self.max_side)
 
+    @property
+    def geometry(self) -> VideoGeometry:
+        """Source size vs the size read() returns when no size is given."""
+        return VideoGeometry(self.info.width, self.info.height, *self.output_size)
+
     def read(
         self, start: int = 0, stop: int | None = None, size: tuple[int, int] | None = None
     ) -> np.ndarray:
@@ -320,6 +321,7 @@ class VideoReader:
 
     def _warn(self, message: str) -> None:
         if message not in self.warnings:
+            log.info("%s: %s", self.info.path, message)  # info: callers show reader.warnings themselves
             self.warnings.append(message)
 
     def _check_range(self, start: int, stop: int | None) -> tuple[int, int | None]:

@@ -36,7 +36,7 @@ from engine.report.parts import (
     VideoInfo,
 )
 from engine.report.schema import Report
-from engine.run.session import BatchDone, Event, Failed, Finished, Started
+from engine.run.events import BatchDone, Event, Failed, Finished, Started
 from engine.telemetry.environment import capture_environment
 
 #: telemetry samples kept around the runs (seconds before the first start and after the last event)
@@ -76,19 +76,21 @@ class _OpenRun:
 
     def to_run(self) -> Run:
         s = self.started
+        extra = {"device_note": s.device_note} if s is not None and s.device_note else {}
         return Run(index=self.index, cold=self.cold, status=self.status, start_s=self.start_s,
                    wall_ms=self.wall_ms(), end_to_end_ms=self.end_to_end_ms, stage_ms=self.stage_ms(),
                    batches=tuple(self.batches), error=self.error, config=s.config if s else None,
                    device=s.device if s else "", device_name=s.device_name if s else "",
-                   precision_gate=s.precision_gate if s else "", num_batches=s.num_batches if s else None)
+                   precision_gate=s.precision_gate if s else "", num_batches=s.num_batches if s else None,
+                   extra=extra)
 
 
-def video_info(video: Mapping[str, Any]) -> VideoInfo:
-    """The report's VideoInfo from a session's Started.video (source width/height, decoded frame size)."""
+def video_info(video: Mapping[str, Any], geometry: VideoGeometry | None = None) -> VideoInfo:
+    """The report's VideoInfo from a session's Started.video and .geometry (without it: the video's
+    width/height are the source's, frame_width/frame_height the decoded size)."""
     v = dict(video)
-    geometry = v.pop("geometry", None)
     width, height, frame_w, frame_h = (v.pop(k, None) for k in _GEOMETRY_KEYS)
-    if not isinstance(geometry, VideoGeometry) and width and height:
+    if geometry is None and width and height:
         geometry = VideoGeometry(int(width), int(height), int(frame_w or width), int(frame_h or height))
     path = v.pop("path", None)
     path = str(path) if path is not None else None
@@ -116,7 +118,7 @@ class RunRecorder:
     @property
     def video(self) -> VideoInfo:
         """The recorded video (its geometry says the source size accuracy is graded in)."""
-        return video_info(self.started.video) if self.started else VideoInfo()
+        return video_info(self.started.video, self.started.geometry) if self.started else VideoInfo()
 
     # -- events ------------------------------------------------------------------------------
     def add(self, event: Event) -> None:
@@ -162,10 +164,11 @@ class RunRecorder:
 
     # -- the report --------------------------------------------------------------------------
     def build(self, telemetry: Any = None, work: Mapping[str, StageWork | Mapping[str, Any]] | None = None,
-              accuracy: Accuracy | None = None, keep_tracks: bool = True,
-              queries_source: str | None = None) -> Report:
+              accuracy: Accuracy | None = None, keep_tracks: bool = True, queries_source: str | None = None,
+              capture: Mapping[str, Any] | None = None) -> Report:
         """The Report. telemetry: a TelemetrySampler (or None); work: the counting pass's per-stage work
-        (engine.analysis.cost.CostCounter.result()); accuracy: graded by the caller."""
+        (engine.analysis.cost.CostCounter.result()); accuracy: graded by the caller; capture: a deep
+        capture's summary (engine.workflows.deep)."""
         started = self.started
         device = started.device if started else "cpu"
         static = _safe_call(telemetry, "static_info") or {}
@@ -184,6 +187,7 @@ class RunRecorder:
             work={name: w if isinstance(w, StageWork) else StageWork.from_dict(dict(w), f"work.{name}")
                   for name, w in (work or {}).items()},
             accuracy=accuracy, tracks=self._tracks() if keep_tracks else None,
+            capture=dict(capture) if capture is not None else None,
         )
 
     def _totals(self, runs: tuple[Run, ...], window: TelemetryWindow | None) -> Totals:

@@ -5,84 +5,43 @@ config changes made while it runs (``update_config``) apply from the next batch.
 a precision toggle in the GUI a live change. The same events, recorded, make the run report.
 
     Started -> BatchDone ... BatchDone -> Finished      (or -> Failed, with what was done so far)
+
+Queries and tracks are source pixels (the video file's own); frames over the reader's max side come back
+shrunk, so the tracker works in frame pixels. The session converts once each way, through the run's
+``VideoGeometry``: queries to frame pixels before the tracker, tracks back to source pixels after it.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import traceback
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from engine.core.config import RunConfig
 from engine.core.devices import device_name, resolve_device
-from engine.core.errors import OutOfMemory, TrackerError, UserError
+from engine.core.errors import OutOfMemory, QueryError, TrackerError, UserError, VideoError
 from engine.core.precision import gate, precision_context
 from engine.core.stages import StageTimer
-from engine.io.video import query_scale
+from engine.io.geometry import VideoGeometry
+from engine.run.events import BatchDone, Event, Failed, Finished, Started
+from engine.run.warm import PROCESS_WARM, WarmCache
 from engine.trackers.base import PreparedVideo, RunContext, Tracker
 
-#: (tracker, device, precision, batch sizes) already run in this process: later runs are warm.
-_WARM_KEYS: set[tuple] = set()
+__all__ = ["BatchDone", "Event", "Failed", "Finished", "Session", "Started", "oom_error"]
 
+log = logging.getLogger(__name__)
 
-@dataclass
-class Started:
-    t: float
-    config: RunConfig
-    video: dict[str, Any]
-    num_queries: int
-    num_batches: int
-    stages: tuple[str, ...]
-    device: str
-    device_name: str
-    tracker: dict[str, Any]
-    precision_gate: str = ""
-
-
-@dataclass
-class BatchDone:
-    t: float
-    index: int
-    start: int  # first query index of this batch
-    stop: int  # one past the last
-    tracks: np.ndarray  # float32 [n, T, 2]
-    visible: np.ndarray  # bool [n, T]
-    stage_ms: dict[str, float]
-    wall_ms: float
-    config: RunConfig
-    cold: bool
-    prepared: bool  # this batch included the per-video work (backbone etc.)
-    peak_memory_bytes: int | None = None
-
-
-@dataclass
-class Finished:
-    t: float
-    tracks: np.ndarray  # float32 [N, T, 2]
-    visible: np.ndarray  # bool [N, T]
-    queries: np.ndarray  # float32 [N, 3]
-    wall_ms: float
-    cancelled: bool = False
-
-
-@dataclass
-class Failed:
-    t: float
-    message: str
-    suggestion: str | None
-    kind: str  # "oom" | "input" | "tracker" | "internal"
-    tracks: np.ndarray | None = None  # what was computed before the failure (NaN where not)
-    visible: np.ndarray | None = None
-    details: str = ""
-
-
-Event = Started | BatchDone | Finished | Failed
+#: the device "auto" resolves to for a tracker that cannot run on the GPU
+FALLBACK_DEVICE = "cpu"
+#: config.device values that let the session pick a device the tracker supports
+AUTO_DEVICES = ("", "auto")
 
 
 @dataclass
@@ -109,26 +68,63 @@ def oom_error(config: RunConfig, device: str) -> OutOfMemory:
     )
 
 
+@dataclass
+class _Run:
+    """The state of one run between batches."""
+
+    frames: np.ndarray  # uint8 [T, H, W, 3], as decoded
+    geometry: VideoGeometry
+    frame_queries: np.ndarray  # float32 [N, 3], frame pixels
+    tracks: np.ndarray  # float32 [N, T, 2], source pixels, NaN where not tracked yet
+    visible: np.ndarray  # bool [N, T]
+    config: RunConfig
+    device: torch.device
+    tracker: Tracker
+    timer: StageTimer
+    t_start: float
+    prepared: PreparedVideo | None = None
+    prepared_key: tuple | None = None
+    start: int = 0  # the next query to track
+    index: int = 0  # the next batch's index
+
+    @property
+    def num_queries(self) -> int:
+        return len(self.frame_queries)
+
+    @property
+    def num_frames(self) -> int:
+        return int(self.frames.shape[0])
+
+
 class Session:
     """A run of one tracker over one video; iterate ``events()`` to drive it."""
 
     def __init__(
         self,
-        frames: np.ndarray | str | Path,
+        frames: np.ndarray,
         queries: np.ndarray,
         config: RunConfig,
         tracker: Tracker | None = None,
         timing: bool = True,
         tracker_loader: Callable[[str], Tracker] | None = None,
-        video_info: dict[str, Any] | None = None,
+        video_info: Mapping[str, Any] | None = None,
+        geometry: VideoGeometry | None = None,
+        warm: WarmCache | None = None,
     ):
-        self._frames_source = frames
+        """frames: uint8 [T, H, W, 3] as decoded; queries: [N, 3] (t, x, y) in source pixels.
+
+        video_info: the reader's info (width/height: the source's size); geometry, when given, overrides
+        the one derived from video_info and the frames. warm: which configurations ran before (the process's).
+        """
+        self.frames = np.asarray(frames)
         self.queries = np.asarray(queries, dtype=np.float32).reshape(-1, 3)
         self.config = config
         self._tracker = tracker
         self._tracker_loader = tracker_loader
         self.timing = timing
         self.video_info = dict(video_info or {})
+        self.geometry = geometry
+        self.warm = PROCESS_WARM if warm is None else warm
         self._shared = _Shared()
 
     # -- control, from any thread -------------------------------------------------------------
@@ -153,6 +149,169 @@ class Session:
         return self.config
 
     # -- the run -----------------------------------------------------------------------------
+    def events(self) -> Iterator[Event]:
+        """Run the session, yielding events. Never raises for user or tracker errors: yields Failed."""
+        t_start = time.perf_counter()
+        run: _Run | None = None
+        try:
+            run, started = self._setup(t_start)
+            yield started
+            if run.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(run.device)
+            while run.start < run.num_queries and not self.cancelled:
+                yield self._step(run)
+            yield self._finish(run)
+        except Exception as exc:  # user, tracker or our own errors: never kill the caller's loop
+            yield self._failed(exc, run)
+
+    def run(self) -> Finished | Failed:
+        """Drive the session to its end and return the last event."""
+        last: Event | None = None
+        for event in self.events():
+            last = event
+        assert isinstance(last, (Finished, Failed))
+        return last
+
+    def _setup(self, t_start: float) -> tuple[_Run, Started]:
+        """Check the input, resolve the device, load the tracker; -> the run's state and its Started."""
+        config = self._take_config()
+        device = resolve_device(config.device)
+        geometry = self._resolve_geometry()
+        num_frames = int(self.frames.shape[0])
+        _check_queries(self.queries, num_frames, geometry)
+        tracker = self._load_tracker(config.tracker)
+        device, note = _device_for(tracker, device, config.device)
+        n = len(self.queries)
+        self.video_info.update({**geometry.to_dict(), "num_frames": num_frames,
+                                "width": geometry.source_width, "height": geometry.source_height})
+        run = _Run(
+            frames=self.frames,
+            geometry=geometry,
+            frame_queries=geometry.queries_to_frame(self.queries),
+            tracks=np.full((n, num_frames, 2), np.nan, dtype=np.float32),
+            visible=np.zeros((n, num_frames), dtype=bool),
+            config=config,
+            device=device,
+            tracker=tracker,
+            timer=StageTimer(device, enabled=self.timing),
+            t_start=t_start,
+        )
+        started = Started(
+            t=time.perf_counter(),
+            config=config,
+            video=dict(self.video_info),
+            geometry=geometry,
+            num_queries=n,
+            num_batches=-(-n // config.points_per_batch),
+            stages=tuple(tracker.stages),
+            device=str(device),
+            device_name=device_name(device),
+            tracker=tracker.describe(),
+            precision_gate=gate(config.precision, device).reason,
+            device_note=note,
+        )
+        return run, started
+
+    def _resolve_geometry(self) -> VideoGeometry:
+        """The given geometry (checked against the frames), else the info's source size over the frames."""
+        if self.frames.ndim != 4 or self.frames.shape[3] != 3:
+            raise VideoError(f"frames must be [T, H, W, 3], got shape {self.frames.shape}")
+        geometry = self.geometry or VideoGeometry.from_info(self.video_info, self.frames)
+        frame_size = (int(self.frames.shape[2]), int(self.frames.shape[1]))
+        if geometry.frame_size != frame_size:
+            raise VideoError(f"the video geometry's frame size {geometry.frame_size} is not the frames' {frame_size}")
+        if geometry.is_scaled:
+            log.info("frames %dx%d tracked for a %dx%d video; the session converts pixels both ways",
+                     *geometry.frame_size, *geometry.source_size)
+        return geometry
+
+    def _step(self, run: _Run) -> BatchDone:
+        """Track the next batch of points with the config as it is now."""
+        config = run.config = self._take_config()
+        tracker = run.tracker = self._load_tracker(config.tracker)
+        device, _ = _device_for(tracker, resolve_device(config.device), config.device)
+        if device != run.device or run.timer.device != device:
+            run.device, run.timer = device, StageTimer(device, enabled=self.timing)
+        key = (tracker.name, str(device), config.precision, config.frames_per_batch)
+        warm_key = (*key, config.points_per_batch)
+        cold = not self.warm.is_warm(warm_key)
+        start = run.start
+        stop = min(run.num_queries, start + config.points_per_batch)
+        ctx = RunContext(device, config.precision, config.frames_per_batch, run.timer)
+        t0 = time.perf_counter()
+        did_prepare = False
+        try:
+            with torch.inference_mode(), precision_context(config.precision, device):
+                if run.prepared is None or key != run.prepared_key:
+                    run.prepared = tracker.prepare(run.frames, ctx)
+                    run.prepared_key = key
+                    did_prepare = True
+                result = tracker.track(run.prepared, run.frame_queries[start:stop], ctx)
+        except UserError:
+            raise
+        except Exception as exc:  # a tracker bug or resource failure: name it, keep what we have
+            if _is_oom(exc):
+                run.prepared = None
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                raise oom_error(config, device_name(device)) from exc
+            raise TrackerError(
+                f"tracker {tracker.name!r} failed on points {start}-{stop - 1}: {type(exc).__name__}: {exc}",
+                "check the tracker's code, or choose another tracker",
+            ) from exc
+        stage_ms = run.timer.collect()
+        wall_ms = (time.perf_counter() - t0) * 1e3
+        expected = (stop - start, run.num_frames, 2)
+        if result.tracks.shape != expected:
+            raise TrackerError(
+                f"tracker {tracker.name!r} returned tracks of shape {result.tracks.shape}, expected {expected}"
+            )
+        batch_tracks = run.geometry.to_source(result.tracks)
+        run.tracks[start:stop] = batch_tracks
+        run.visible[start:stop] = result.visible
+        self.warm.add(warm_key)
+        peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+        done = BatchDone(
+            t=time.perf_counter(),
+            index=run.index,
+            start=start,
+            stop=stop,
+            tracks=batch_tracks,
+            visible=result.visible,
+            stage_ms=stage_ms,
+            wall_ms=wall_ms,
+            config=config,
+            cold=cold,
+            prepared=did_prepare,
+            peak_memory_bytes=peak,
+        )
+        run.start = stop
+        run.index += 1
+        return done
+
+    def _finish(self, run: _Run) -> Finished:
+        """All points tracked, or cancelled between batches."""
+        return Finished(
+            t=time.perf_counter(),
+            tracks=run.tracks,
+            visible=run.visible,
+            queries=self.queries,
+            wall_ms=(time.perf_counter() - run.t_start) * 1e3,
+            cancelled=run.start < run.num_queries,
+        )
+
+    def _failed(self, exc: Exception, run: _Run | None) -> Failed:
+        """The error as an event, with what was tracked before it."""
+        tracks = run.tracks if run is not None else None
+        visible = run.visible if run is not None else None
+        details = traceback.format_exc()
+        if isinstance(exc, UserError):
+            kind = "oom" if isinstance(exc, OutOfMemory) else "tracker" if isinstance(exc, TrackerError) else "input"
+            return Failed(time.perf_counter(), exc.message, exc.suggestion, kind, tracks, visible, details=details)
+        log.error("internal error in a session: %s: %s", type(exc).__name__, exc)
+        return Failed(time.perf_counter(), f"internal error: {type(exc).__name__}: {exc}", None, "internal",
+                      tracks, visible, details=details)
+
     def _load_tracker(self, name: str) -> Tracker:
         if self._tracker is not None and self._tracker.name == name:
             return self._tracker
@@ -164,150 +323,25 @@ class Session:
             self._tracker = self._tracker_loader(name)
         return self._tracker
 
-    def _decode(self, timer: StageTimer) -> np.ndarray:
-        src = self._frames_source
-        if isinstance(src, np.ndarray):
-            return src
-        from engine.io.video import open_video
 
-        with timer.stage("decode", host=True), open_video(src) as reader:
-            frames = reader.read()
-        self.video_info = {**reader.info.to_dict(), "warnings": list(reader.warnings), **self.video_info}
-        return frames
-
-    def events(self) -> Iterator[Event]:
-        """Run the session, yielding events. Never raises for user or tracker errors: yields Failed."""
-        t_start = time.perf_counter()
-        n = len(self.queries)
-        tracks: np.ndarray | None = None
-        visible: np.ndarray | None = None
-        config = self._take_config()
-        try:
-            device = resolve_device(config.device)
-            timer = StageTimer(device, enabled=self.timing)
-            frames = self._decode(timer)
-            num_frames, height, width = frames.shape[:3]
-            # queries and tracks are in the video's own pixels; frames over the reader's max side come
-            # back shrunk, so the tracker works in frame pixels and the session converts both ways
-            src_w = int(self.video_info.get("width") or width)
-            src_h = int(self.video_info.get("height") or height)
-            scale = query_scale(src_w, src_h, frames)  # [1, sx, sy]: video pixels per frame pixel
-            self.video_info.update({"num_frames": int(num_frames), "width": src_w, "height": src_h,
-                                    "frame_width": int(width), "frame_height": int(height)})
-            _check_queries(self.queries, num_frames, src_w, src_h)
-            frame_queries = self.queries / scale
-            tracker = self._load_tracker(config.tracker)
-            tracks = np.full((n, num_frames, 2), np.nan, dtype=np.float32)
-            visible = np.zeros((n, num_frames), dtype=bool)
-            yield Started(
-                t=time.perf_counter(),
-                config=config,
-                video=dict(self.video_info),
-                num_queries=n,
-                num_batches=-(-n // config.points_per_batch) if n else 0,
-                stages=tuple(tracker.stages),
-                device=str(device),
-                device_name=device_name(device),
-                tracker=tracker.describe(),
-                precision_gate=gate(config.precision, device).reason,
-            )
-            prepared: PreparedVideo | None = None
-            prepared_key: tuple | None = None
-            start = 0
-            index = 0
-            if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(device)
-            while start < n:
-                if self.cancelled:
-                    break
-                config = self._take_config()
-                device = resolve_device(config.device)
-                tracker = self._load_tracker(config.tracker)
-                if timer.device != device:
-                    timer = StageTimer(device, enabled=self.timing)
-                key = (tracker.name, str(device), config.precision, config.frames_per_batch)
-                warm_key = (*key, config.points_per_batch)
-                cold = warm_key not in _WARM_KEYS
-                stop = min(n, start + config.points_per_batch)
-                ctx = RunContext(device, config.precision, config.frames_per_batch, timer)
-                t0 = time.perf_counter()
-                did_prepare = False
-                try:
-                    with torch.inference_mode(), precision_context(config.precision, device):
-                        if prepared is None or key != prepared_key:
-                            prepared = tracker.prepare(frames, ctx)
-                            prepared_key = key
-                            did_prepare = True
-                        result = tracker.track(prepared, frame_queries[start:stop], ctx)
-                except UserError:
-                    raise
-                except Exception as exc:  # a tracker bug or resource failure: name it, keep what we have
-                    if _is_oom(exc):
-                        prepared = None
-                        if device.type == "cuda":
-                            torch.cuda.empty_cache()
-                        raise oom_error(config, device_name(device)) from exc
-                    raise TrackerError(
-                        f"tracker {tracker.name!r} failed on points {start}-{stop - 1}: "
-                        f"{type(exc).__name__}: {exc}",
-                        "check the tracker's code, or choose another tracker",
-                    ) from exc
-                stage_ms = timer.collect()
-                wall_ms = (time.perf_counter() - t0) * 1e3
-                if result.tracks.shape != (stop - start, num_frames, 2):
-                    raise TrackerError(
-                        f"tracker {tracker.name!r} returned tracks of shape {result.tracks.shape}, "
-                        f"expected {(stop - start, num_frames, 2)}"
-                    )
-                batch_tracks = result.tracks * scale[1:]
-                tracks[start:stop] = batch_tracks
-                visible[start:stop] = result.visible
-                _WARM_KEYS.add(warm_key)
-                peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-                yield BatchDone(
-                    t=time.perf_counter(),
-                    index=index,
-                    start=start,
-                    stop=stop,
-                    tracks=batch_tracks,
-                    visible=result.visible,
-                    stage_ms=stage_ms,
-                    wall_ms=wall_ms,
-                    config=config,
-                    cold=cold,
-                    prepared=did_prepare,
-                    peak_memory_bytes=peak,
-                )
-                start = stop
-                index += 1
-            yield Finished(
-                t=time.perf_counter(),
-                tracks=tracks,
-                visible=visible,
-                queries=self.queries,
-                wall_ms=(time.perf_counter() - t_start) * 1e3,
-                cancelled=start < n,
-            )
-        except UserError as exc:
-            kind = "oom" if isinstance(exc, OutOfMemory) else "tracker" if isinstance(exc, TrackerError) else "input"
-            yield Failed(time.perf_counter(), exc.message, exc.suggestion, kind, tracks, visible,
-                         details=traceback.format_exc())
-        except Exception as exc:  # a bug of ours: still never kill the caller's loop
-            yield Failed(time.perf_counter(), f"internal error: {type(exc).__name__}: {exc}", None, "internal",
-                         tracks, visible, details=traceback.format_exc())
-
-    def run(self) -> Finished | Failed:
-        """Drive the session to its end and return the last event."""
-        last: Event | None = None
-        for event in self.events():
-            last = event
-        assert isinstance(last, (Finished, Failed))
-        return last
+def _device_for(tracker: Tracker, device: torch.device, asked: str) -> tuple[torch.device, str]:
+    """The device to run ``tracker`` on and a note when it is not ``device``; UserError for an explicit misfit."""
+    supported = tuple(tracker.device_types)
+    if device.type in supported:
+        return device, ""
+    names = ", ".join(supported) or "none"
+    if (asked or "").strip().lower() in AUTO_DEVICES and FALLBACK_DEVICE in supported:
+        note = f"tracker {tracker.name!r} runs only on {names}: device auto ran it on the CPU, not {device}"
+        log.info(note)
+        return torch.device(FALLBACK_DEVICE), note
+    raise UserError(
+        f"tracker {tracker.name!r} cannot run on {device}: it supports {names}",
+        f"use --device {supported[0] if supported else 'cpu'} (or --device auto), or choose another tracker",
+    )
 
 
-def _check_queries(queries: np.ndarray, num_frames: int, width: int, height: int) -> None:
-    from engine.core.errors import QueryError
-
+def _check_queries(queries: np.ndarray, num_frames: int, geometry: VideoGeometry) -> None:
+    """QueryError unless queries [N, 3] are whole frame indices and source-pixel points inside the video."""
     if len(queries) == 0:
         raise QueryError("no query points given", "add points, a grid, or a queries CSV")
     if not np.all(np.isfinite(queries)):
@@ -318,8 +352,9 @@ def _check_queries(queries: np.ndarray, num_frames: int, width: int, height: int
         raise QueryError(
             f"query {bad[0]} has frame index {t[bad[0]]:g}, outside 0..{num_frames - 1} or not a whole number"
         )
-    x, y = queries[:, 1], queries[:, 2]
-    bad = np.flatnonzero((x < -0.5) | (x > width - 0.5) | (y < -0.5) | (y > height - 0.5))
+    bad = np.flatnonzero(~geometry.contains_source(queries[:, 1:]))
     if bad.size:
         i = bad[0]
-        raise QueryError(f"query {i} at ({x[i]:g}, {y[i]:g}) lies outside the {width}x{height} frame")
+        x, y = queries[i, 1], queries[i, 2]
+        width, height = geometry.source_size
+        raise QueryError(f"query {i} at ({x:g}, {y:g}) lies outside the {width}x{height} frame")

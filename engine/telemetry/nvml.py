@@ -9,9 +9,10 @@ old; a read closer than that reuses the last values, so the sampler never sleeps
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
+from engine.core import flags
+from engine.core.flags import env_flag
 from engine.telemetry import specs
 
 REASON_NOT_SUPPORTED = "not supported on this GPU"
@@ -65,8 +66,8 @@ _PERMANENT = ("NVMLError_NotSupported", "NVMLError_FunctionNotFound", "NVMLError
 
 
 def nvml_disabled_by_env() -> bool:
-    """True when TRACKSCOPE_NO_NVML is set to something other than '', '0'."""
-    return os.environ.get("TRACKSCOPE_NO_NVML", "").strip() not in ("", "0")
+    """True when TRACKSCOPE_NO_NVML is true (engine.core.flags: 1/true/yes/on)."""
+    return env_flag(flags.NO_NVML, default=False)
 
 
 def _text(value: Any) -> str:

@@ -75,6 +75,12 @@ CLOCK_REASONS: dict[int, str] = {
 }
 
 
+def clock_reason_mask(*names: str) -> int:
+    """The bitmask of the named reasons (names as in CLOCK_REASONS); an unknown name raises KeyError."""
+    bit_of = {name: bit for bit, name in CLOCK_REASONS.items()}
+    return sum(bit_of[n] for n in names)
+
+
 def decode_clock_reasons(mask: float | int | None) -> list[str]:
     """Names of the set clock-limit reason bits; [] for 0, NaN or None."""
     if mask is None or (isinstance(mask, float) and math.isnan(mask)):

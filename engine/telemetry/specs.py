@@ -14,9 +14,10 @@ import platform
 import re
 from dataclasses import dataclass, field
 
+from engine.core.config import PRECISIONS as RUN_PRECISIONS
 from engine.core.errors import UserError
 
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8")
+PRECISIONS = (*RUN_PRECISIONS, "int8")  # the peak table's: the run precisions (engine.core.config) and int8
 
 # NVML reports memory clocks such that bytes/s = clock x (bus width / 8) x 2 for GDDR5/6/6X and HBM2/3/3e
 # (T4: 5001 MHz x 256 bit -> 320 GB/s; A100 80GB: 1593 MHz x 5120 bit -> 2039 GB/s).
@@ -270,7 +271,9 @@ def cpu_spec(cores: int | None = None, clock_mhz: float | None = None, psutil_mo
     """A rough CPU pseudo-spec (cores x clock x SIMD FLOP/cycle); estimated, for orientation only."""
     if psutil_mod is None:
         try:
-            import psutil as psutil_mod
+            import psutil
+
+            psutil_mod = psutil
         except ImportError:
             psutil_mod = None
     memory_gb = None

@@ -7,8 +7,11 @@ A run has two steps so that per-video work is done once and points are batched:
   frames per batch).
 - ``track(prepared, queries, ctx)``: one batch of query points against the prepared video.
 
-Coordinates are pixels of the original video, x right, y down, (0, 0) the centre of the top-left
-pixel. Queries are ``[N, 3]`` float32 rows of ``(t, x, y)``.
+Coordinates are pixels of the frames the tracker is given (x right, y down, (0, 0) the centre of the
+top-left pixel). Those are the decoded frames, which a reader shrinks for a video over its max side: the
+session converts queries from the video's source pixels to frame pixels before ``track`` and the tracks
+back after it (``engine.io.geometry.VideoGeometry``), so a tracker never sees source pixels. Queries are
+``[N, 3]`` float32 rows of ``(t, x, y)``.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ def track_arrays(tracks: Any, visible: Any) -> tuple[np.ndarray, np.ndarray]:
 class TrackResult:
     """Tracks for one batch of queries.
 
-    tracks:  float32 [N, T, 2] (x, y) in original-video pixels, for every frame.
+    tracks:  float32 [N, T, 2] (x, y) in frame pixels (of the frames given to prepare), for every frame.
     visible: bool [N, T].
     """
 
@@ -76,7 +79,7 @@ class Tracker(ABC):
     name: str = "tracker"
     #: stage names in the order they run; shown to users
     stages: tuple[str, ...] = ()
-    #: devices this tracker can run on
+    #: device types this tracker can run on; the session refuses others (device "auto" falls back to the CPU)
     device_types: tuple[str, ...] = ("cpu", "cuda")
 
     @abstractmethod
@@ -85,7 +88,7 @@ class Tracker(ABC):
 
     @abstractmethod
     def track(self, prepared: PreparedVideo, queries: np.ndarray, ctx: RunContext) -> TrackResult:
-        """Track one batch of queries [N, 3] (t, x, y) through the prepared video."""
+        """Track one batch of queries [N, 3] (t, x, y), frame pixels, through the prepared video."""
 
     def describe(self) -> dict[str, Any]:
         """Facts about the tracker for the run report (parameters, weights, ...)."""

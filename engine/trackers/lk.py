@@ -122,7 +122,7 @@ class LKTracker(Tracker):
             flags = cv2.OPTFLOW_USE_INITIAL_FLOW
             init = np.array(guess, dtype=np.float32).reshape(-1, 1, 2)  # a copy: OpenCV writes its result into it
         out, status, err = cv2.calcOpticalFlowPyrLK(
-            prev, nxt, np.ascontiguousarray(pts, dtype=np.float32).reshape(-1, 1, 2), init,
+            prev, nxt, np.ascontiguousarray(pts, dtype=np.float32).reshape(-1, 1, 2), init,  # type: ignore[arg-type]
             winSize=(self.window, self.window), maxLevel=self.levels, criteria=criteria,
             flags=flags, minEigThreshold=self.min_eig,
         )

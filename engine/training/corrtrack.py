@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from engine.core.devices import resolve_device
+from engine.core.devices import device_name, resolve_device
 from engine.core.errors import UserError
 from engine.trackers.corrtrack.model import CorrTrackNet, count_parameters, visible_from_logits
 from engine.trackers.corrtrack.weights import load_model, save_model
@@ -120,7 +120,7 @@ def train(args: argparse.Namespace) -> int:
         prior_runs = list(manifest.get("runs", [manifest["training"]] if "training" in manifest else []))
     else:
         model = CorrTrackNet().to(device)
-    model.backbone.to(memory_format=torch.channels_last)
+    model.backbone.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stubs lack it
     model.train()
     step_fn = torch.compile(model) if args.compile else model
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay, betas=ADAM_BETAS,
@@ -214,7 +214,7 @@ def _validate_and_save(model: CorrTrackNet, val_batches: list[Any], device: torc
         "batch_size": args.batch_size, "num_frames": args.num_frames, "num_points": args.num_points,
         "lr": args.lr, "precision": args.precision, "seed": args.seed, "echo": args.echo,
         "huber_delta": args.huber_delta,
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "device": device_name(device),
         "seconds": point["time_s"],
     }
     extra = {

@@ -11,6 +11,7 @@ alternating, and the ratio of the medians.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import statistics
 import sys
@@ -23,11 +24,12 @@ import numpy as np
 
 from engine.core.config import PRECISIONS, RunConfig
 from engine.core.errors import UserError
+from engine.core.units import ms_value
 from engine.report.parts import Accuracy
 from engine.report.schema import BenchFile, Report
 from engine.run.session import Failed, Finished, Session
 
-DEFAULT_PRECISIONS = "fp32,tf32,fp16,bf16"
+DEFAULT_PRECISIONS = ",".join(PRECISIONS)
 DEFAULT_POINTS_PER_BATCH = "256,1024"
 DEFAULT_FRAMES_PER_BATCH = "16"
 DEFAULT_WARMUP = 2
@@ -156,7 +158,8 @@ class Bench:
     """Runs the sweep; ``rows`` and ``reports`` fill as it goes."""
 
     def __init__(self, data: BenchInput, tracker_name: str, device: str, timing: bool = True,
-                 telemetry: bool = True, cost: bool = True, log=None):
+                 telemetry: bool = True, cost: bool = True, log=None, deep: bool = False,
+                 trace_dir: Path | None = None):
         from engine.core.devices import resolve_device
         from engine.trackers import load_tracker
 
@@ -167,6 +170,8 @@ class Bench:
         self.tracker_name = tracker_name
         self.timing = timing
         self.cost = cost
+        self.deep = deep  # one captured run per configuration after the timed ones
+        self.trace_dir = trace_dir  # where the captures' traces go (the --out folder); None: no traces
         self.log = log or (lambda text: print(text, file=sys.stderr))
         self.sampler = None
         if telemetry:
@@ -228,6 +233,8 @@ class Bench:
                                 reference_label="fp32" if reference is not None else None)
         report = recorder.build(telemetry=self.sampler, work=work, accuracy=accuracy,
                                 queries_source=self.data.source)
+        if self.deep:
+            report = dataclasses.replace(report, capture=self._capture(config, report))
         self._fill_row(row, report, g.reason)
         if config.precision == "fp32":
             final = recorder.final
@@ -237,6 +244,16 @@ class Bench:
             row.speedup = self._fp32[key][0].ms_median / row.ms_median
         self.reports.append(report)
         return row
+
+    def _capture(self, config: RunConfig, report: Report) -> dict[str, Any]:
+        """The deep-capture pass of one configuration (after its timed runs); its summary for the report."""
+        from engine.workflows.deep import deep_capture, format_capture, trace_path_for
+
+        trace = trace_path_for(self.trace_dir / (_slug(config.label()) + ".json")) if self.trace_dir else None
+        deep = deep_capture(lambda: self._session(config), precision=config.precision,
+                            typical_wall_ms=report.totals.warm_ms_median, trace_path=trace)
+        self.log(format_capture(deep))
+        return deep.to_dict()
 
     def _fill_row(self, row: Row, report: Report, gate_reason: str) -> None:
         warm = [r.wall_ms for r in (report.warm_runs or report.finished_runs)]
@@ -333,7 +350,7 @@ def format_table(rows: list[Row]) -> str:
     """The bench table as aligned text, one row per configuration."""
     cells = [list(TABLE_COLUMNS)]
     for r in rows:
-        ms = "-" if r.ms_median is None else f"{r.ms_median:.1f} ({r.ms_p10:.1f}-{r.ms_p90:.1f})"
+        ms = "-" if r.ms_median is None else f"{ms_value(r.ms_median)} ({ms_value(r.ms_p10)}-{ms_value(r.ms_p90)})"
         speedup = "-" if r.speedup is None else f"{r.speedup:.2f}x"
         cells.append([r.label, ms, _fmt(r.frames_per_s, ".1f"), speedup, _mem(r.peak_memory_bytes, r.memory_kind),
                       r.accuracy or "-", r.note])

@@ -36,7 +36,7 @@ class GraphedStage:
             fn(*self.inputs)  # warm-up: cuDNN/cuBLAS choices and handles outside the capture
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
-        with _uncached_autocast(), torch.cuda.graph(self.graph, pool=pool):
+        with _uncached_autocast(), torch.cuda.graph(self.graph, pool=pool):  # type: ignore[arg-type]
             self.outputs = tuple(fn(*self.inputs))
         self.graph.replay()  # fill the outputs, so the next stage captures on real data
 

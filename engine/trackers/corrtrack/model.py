@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -57,7 +58,7 @@ class CorrTrackConfig:
     def from_dict(cls, data: dict) -> CorrTrackConfig:
         return cls(
             feature_dim=int(data["feature_dim"]),
-            widths=tuple(int(w) for w in data["widths"]),
+            widths=tuple(int(w) for w in data["widths"]),  # type: ignore[arg-type]  # length checked by the net
             hidden_dim=int(data["hidden_dim"]),
             mixer_dilations=tuple(int(d) for d in data["mixer_dilations"]),
             num_iters=int(data["num_iters"]),
@@ -141,7 +142,7 @@ def sample_points(feats: torch.Tensor, size: int, frame: torch.Tensor, xy: torch
     fx = (xy[..., 0] - x0).unsqueeze(-1)
     fy = (xy[..., 1] - y0).unsqueeze(-1)
     base = (torch.arange(b, device=feats.device).view(b, 1) * t + frame) * hw  # [B, N]
-    out = 0
+    out: Any = 0  # becomes a tensor [B, N, C] on the first corner
     for dy, dx, w in ((0, 0, (1 - fx) * (1 - fy)), (0, 1, fx * (1 - fy)), (1, 0, (1 - fx) * fy), (1, 1, fx * fy)):
         xi = x0.long() + dx
         yi = y0.long() + dy

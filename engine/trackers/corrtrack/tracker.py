@@ -15,7 +15,6 @@ warm call took about half the time, but first runs took 16-62 s to compile, so i
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +23,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from engine.core import flags
+from engine.core.flags import env_flag
 from engine.core.stages import BUILTIN_STAGES
 from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult
 from engine.trackers.corrtrack.graphs import GraphCache, GraphCaptureError
@@ -31,10 +32,9 @@ from engine.trackers.corrtrack.model import MODEL_SIZE, CorrTrackNet, count_para
 from engine.trackers.corrtrack.polish import PolishConfig, grey_frames, ncc_polish
 from engine.trackers.corrtrack.weights import DEFAULT_WEIGHTS, load_model
 
-NO_GRAPHS_ENV = "TRACKSCOPE_NO_CUDA_GRAPHS"
-POLISH_ENV = "TRACKSCOPE_CORRTRACK_POLISH"  # "0" turns the NCC polish off
-COMPILE_ENV = "TRACKSCOPE_CORRTRACK_COMPILE"  # "1" turns torch.compile on (CUDA)
-_TRUE = ("1", "true", "yes", "on")
+NO_GRAPHS_ENV = flags.NO_CUDA_GRAPHS
+POLISH_ENV = flags.CORRTRACK_POLISH  # false turns the NCC polish off
+COMPILE_ENV = flags.CORRTRACK_COMPILE  # true turns torch.compile on (CUDA)
 RECOMPILE_LIMIT = 64  # dynamo's variants per compiled function, raised to this while compiling is on
 
 
@@ -73,14 +73,14 @@ class CorrTrackTracker(Tracker):
             self.weights_path = Path(weights) if weights is not None else DEFAULT_WEIGHTS
             self.model, self.manifest = load_model(self.weights_path)
         if cuda_graphs is None:
-            cuda_graphs = os.environ.get(NO_GRAPHS_ENV, "").lower() not in _TRUE
+            cuda_graphs = not env_flag(NO_GRAPHS_ENV, default=False)
         self.cuda_graphs = cuda_graphs
         if polish is None:
-            polish = os.environ.get(POLISH_ENV, "") not in ("0", "false", "no", "off")
+            polish = env_flag(POLISH_ENV, default=True)
         self.polish = polish
         self.polish_config = polish_config or PolishConfig()
         if compile is None:
-            compile = os.environ.get(COMPILE_ENV, "").lower() in _TRUE
+            compile = env_flag(COMPILE_ENV, default=False)
         self.compile = compile
         self.compile_error = ""
         self._compiled: dict[str, Callable[..., Any]] = {}
@@ -124,7 +124,7 @@ class CorrTrackTracker(Tracker):
     def _model_on(self, device: torch.device) -> CorrTrackNet:
         if device != self._device:
             self.model.to(device)
-            self.model.backbone.to(memory_format=torch.channels_last)
+            self.model.backbone.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stubs lack it
             self._device = device
             self._track_graphs.clear()
             self._backbone_graphs.clear()

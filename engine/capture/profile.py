@@ -1,0 +1,323 @@
+"""One extra warm run under ``torch.profiler``: the deep capture.
+
+The capture is its own pass, never a timed run: ``capture_run`` first times the same ``run_once``
+without the profiler (the caller's timed runs remain the real numbers), then runs it once under the
+profiler and records both wall times, so the capture states its own overhead.
+
+What the capture adds to a plain profiler run:
+
+- ``trackscope.run``: one range around the captured run (the run window);
+- ``trackscope.stage:NAME``: a range per StageTimer stage, through a stage observer active only
+  while a capture runs;
+- ``trackscope.module:PATH``: a range per call of every ``nn.Module`` under the given roots, from
+  global forward pre/post hooks active only during the capture (``with_modules`` covers TorchScript
+  only). PATH is the dotted path from ``named_modules()`` (``updater.blocks.2.attn``).
+
+Nothing raises: a profiler that is missing, already running, or fails, yields a result whose
+``error`` says so; CUDA activity missing from a GPU capture (CUPTI unavailable) is reported the same
+way with the CPU part kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+from torch import nn
+
+from engine.capture.trace import MODULE_PREFIX, RUN_RANGE, STAGE_PREFIX, Trace, parse_chrome_trace
+
+
+@dataclass
+class CaptureResult:
+    """The outcome of one capture: the parsed trace, the raw Chrome trace, the walls, or an error."""
+
+    device: str
+    trace: Trace | None = None
+    chrome: dict[str, Any] | None = None  # the profiler's Chrome trace, for export
+    module_parents: frozenset[str] = frozenset()  # module paths that have children
+    root_labels: dict[str, str] = field(default_factory=dict)  # root key -> its path label
+    unprofiled_wall_ms: float | None = None
+    profiled_wall_ms: float | None = None
+    capability: tuple[int, int] | None = None
+    torch_version: str = torch.__version__
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.trace is not None
+
+    @property
+    def overhead(self) -> float | None:
+        """Profiled wall over unprofiled wall (1.3 = the capture ran 30 % slower)."""
+        if not self.unprofiled_wall_ms or self.profiled_wall_ms is None:
+            return None
+        return self.profiled_wall_ms / self.unprofiled_wall_ms
+
+
+def module_paths(roots: Mapping[str, nn.Module] | None) -> tuple[dict[int, str], frozenset[str], dict[str, str]]:
+    """id(module) -> dotted path for every module under ``roots``; the paths with children; root labels.
+
+    A root under key "" has bare child paths (``features.conv``) and is itself labelled by its class.
+    """
+    paths: dict[int, str] = {}
+    parents: set[str] = set()
+    labels: dict[str, str] = {}
+    for key, root in (roots or {}).items():
+        if not isinstance(root, nn.Module):
+            continue
+        for name, module in root.named_modules():
+            if id(module) in paths:
+                continue
+            if name:
+                path = f"{key}.{name}" if key else name
+            else:
+                path = key or type(root).__name__
+                labels[key] = path
+            paths[id(module)] = path
+            if next(iter(module.children()), None) is not None:
+                parents.add(path)
+    return paths, frozenset(parents), labels
+
+
+def _record(name: str) -> Any:
+    rf = torch.autograd.profiler.record_function(name)
+    rf.__enter__()
+    return rf
+
+
+def _close(rf: Any) -> None:
+    try:
+        rf.__exit__(None, None, None)
+    except Exception:
+        pass  # a range the profiler already dropped: nothing to balance
+
+
+class _Instrumentation:
+    """Module and stage ranges, installed for the duration of one capture."""
+
+    def __init__(self, paths: dict[int, str]):
+        self.paths = paths
+        self.local = threading.local()
+        self.handles: list[Any] = []
+        self._observer: Callable | None = None
+
+    def _modules(self) -> list:
+        stack = getattr(self.local, "modules", None)
+        if stack is None:
+            stack = self.local.modules = []
+        return stack
+
+    def _stages(self) -> list:
+        stack = getattr(self.local, "stages", None)
+        if stack is None:
+            stack = self.local.stages = []
+        return stack
+
+    def _pre(self, module: nn.Module, _inputs: Any) -> None:
+        path = self.paths.get(id(module))
+        if path is not None:
+            self._modules().append((id(module), _record(MODULE_PREFIX + path)))
+
+    def _post(self, module: nn.Module, _inputs: Any, _output: Any) -> None:
+        key = id(module)
+        if key not in self.paths:
+            return
+        stack = self._modules()
+        if not any(k == key for k, _ in stack):
+            return
+        while stack:  # close ranges left open by an inner forward that raised
+            k, rf = stack.pop()
+            _close(rf)
+            if k == key:
+                break
+
+    def _stage(self, timer: Any, name: str, opening: bool) -> None:
+        stack = self._stages()
+        if opening:
+            stack.append((id(timer), name, _record(STAGE_PREFIX + name)))
+            return
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i][0] == id(timer) and stack[i][1] == name:
+                for _, _, rf in reversed(stack[i:]):
+                    _close(rf)
+                del stack[i:]
+                return
+
+    def install(self) -> None:
+        from engine.core.stages import add_stage_observer
+
+        hooks = torch.nn.modules.module
+        self.handles.append(hooks.register_module_forward_pre_hook(self._pre))
+        try:
+            self.handles.append(hooks.register_module_forward_hook(self._post, always_call=True))
+        except TypeError:  # an older torch without always_call: the post hook unwinds what raised
+            self.handles.append(hooks.register_module_forward_hook(self._post))
+        self._observer = self._stage
+        add_stage_observer(self._observer)
+
+    def remove(self) -> None:
+        from engine.core.stages import remove_stage_observer
+
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+        if self._observer is not None:
+            remove_stage_observer(self._observer)
+            self._observer = None
+        for _, rf in reversed(self._modules()):
+            _close(rf)
+        for _, _, rf in reversed(self._stages()):
+            _close(rf)
+        self.local = threading.local()
+
+
+class _RunFailed(Exception):
+    """The tracker's run raised under the profiler (told apart from the profiler failing)."""
+
+    def __init__(self, cause: Exception):
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda" and torch.cuda.is_available():
+        torch.cuda.synchronize(device)
+
+
+def _timed(run_once: Callable[[], Any], device: torch.device) -> float:
+    _sync(device)
+    t0 = time.perf_counter()
+    run_once()
+    _sync(device)
+    return (time.perf_counter() - t0) * 1e3
+
+
+def _export(prof: Any) -> dict[str, Any]:
+    fd, name = tempfile.mkstemp(prefix="trackscope-capture-", suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(name)
+        with open(name, encoding="utf-8") as fh:
+            return json.load(fh)
+    finally:
+        try:
+            os.unlink(name)
+        except OSError:
+            pass
+
+
+def capture_run(
+    run_once: Callable[[], Any],
+    *,
+    device: torch.device | str,
+    roots: Mapping[str, nn.Module] | None = None,
+    with_stack: bool = True,
+) -> CaptureResult:
+    """Time ``run_once`` once without the profiler, then capture one more run under it."""
+    device = torch.device(device)
+    use_cuda = device.type == "cuda" and torch.cuda.is_available()
+    result = CaptureResult(device=str(device))
+    if use_cuda:
+        result.capability = tuple(torch.cuda.get_device_capability(device))  # type: ignore[assignment]
+    try:
+        result.unprofiled_wall_ms = _timed(run_once, device)
+    except Exception as exc:
+        result.error = f"the run failed before the capture: {type(exc).__name__}: {exc}"
+        return result
+    try:
+        from torch.profiler import ProfilerActivity, profile
+    except Exception as exc:  # a torch built without the profiler
+        result.error = f"torch.profiler is unavailable: {type(exc).__name__}: {exc}"
+        return result
+    paths, result.module_parents, result.root_labels = module_paths(roots)
+    activities = [ProfilerActivity.CPU]
+    if use_cuda:
+        activities.append(ProfilerActivity.CUDA)
+    instrumentation = _Instrumentation(paths)
+    try:
+        with profile(activities=activities, record_shapes=True, with_stack=with_stack,
+                     profile_memory=False) as prof:
+            instrumentation.install()
+            try:
+                _sync(device)
+                t0 = time.perf_counter()
+                with torch.autograd.profiler.record_function(RUN_RANGE):
+                    try:
+                        run_once()
+                    except Exception as exc:
+                        raise _RunFailed(exc) from exc
+                _sync(device)
+                result.profiled_wall_ms = (time.perf_counter() - t0) * 1e3
+            finally:
+                instrumentation.remove()
+        result.chrome = _export(prof)
+        result.trace = parse_chrome_trace(result.chrome)
+    except Exception as exc:
+        instrumentation.remove()
+        result.trace = None
+        result.chrome = None
+        cause = exc.cause if isinstance(exc, _RunFailed) else exc
+        what = "the captured run failed" if isinstance(exc, _RunFailed) else "the profiler capture failed"
+        result.error = f"{what}: {type(cause).__name__}: {cause}"
+        return result
+    if use_cuda and not result.trace.kernels and not result.trace.runtime:
+        result.error = ("the capture recorded no CUDA activity (CUPTI unavailable or blocked?): "
+                        "only CPU-side data is shown")
+    return result
+
+
+def tracker_roots(tracker: Any) -> dict[str, nn.Module]:
+    """The module roots of a tracker: a plugin's module, or a built-in tracker's ``model``."""
+    for attr in ("plugin", "model"):
+        module = getattr(tracker, attr, None)
+        if isinstance(module, nn.Module):
+            return {"": module}
+    return {"": tracker} if isinstance(tracker, nn.Module) else {}
+
+
+def capture_session(
+    make_session: Callable[[], Any],
+    roots: Mapping[str, nn.Module] | None = None,
+    *,
+    device: torch.device | str | None = None,
+    with_stack: bool = True,
+) -> CaptureResult:
+    """Capture one more warm run of a session: ``make_session()`` builds a fresh Session per run.
+
+    ``roots`` defaults to the session's tracker (plugin module or built-in model); ``device`` to the
+    session's configured device.
+    """
+    probe = make_session()
+    if device is None:
+        from engine.core.devices import resolve_device
+
+        try:
+            device = resolve_device(probe.config.device)
+        except Exception as exc:
+            return CaptureResult(device=str(probe.config.device), error=f"cannot capture: {exc}")
+    sessions = [probe]
+
+    def run_once() -> None:
+        session = sessions.pop() if sessions else make_session()
+        last = session.run()
+        if type(last).__name__ == "Failed":
+            raise RuntimeError(getattr(last, "message", "the run failed"))
+        if roots is None and not holder:
+            holder.update(tracker_roots(getattr(session, "_tracker", None)))
+
+    holder: dict[str, nn.Module] = {}
+    if roots is None:
+        # one plain run loads the tracker, so its modules are known before the capture
+        try:
+            run_once()
+        except Exception as exc:
+            return CaptureResult(device=str(device), error=f"the run failed before the capture: {exc}")
+        roots = holder
+    return capture_run(run_once, device=device, roots=roots, with_stack=with_stack)

@@ -1,0 +1,304 @@
+"""A profiler capture parsed once into typed events (modelled on HTA's ``hta/common/trace.py``).
+
+Source: the Chrome trace JSON that ``torch.profiler.profile.export_chrome_trace`` writes (torch 2.11
+on the lent GPU, 2.13 here). Its ``traceEvents`` carry a ``cat`` per event:
+
+| cat                       | becomes        | keys read from ``args``                               |
+| cpu_op                    | CpuOp          | Input Dims, Input type, External id                   |
+| cuda_runtime, cuda_driver | RuntimeCall    | correlation                                           |
+| kernel                    | GpuKernel      | stream, device, correlation                           |
+| gpu_memcpy, gpu_memset    | GpuCopy        | bytes, stream, correlation; kind/memory from the name |
+| user_annotation           | Range          | ``trackscope.stage:NAME``, ``.module:PATH``, ``.run`` |
+| python_function           | PyFrame        | Python id, Python parent id                           |
+
+Times are microseconds on the profiler's clock (CPU and GPU events share it). Unknown categories and
+malformed events are skipped, never fatal: a trace from another torch version parses to what it has.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+STAGE_PREFIX = "trackscope.stage:"
+MODULE_PREFIX = "trackscope.module:"
+RUN_RANGE = "trackscope.run"
+
+LAUNCH_CALLS = frozenset({
+    "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cudaLaunchKernelEx",
+    "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch", "cuGraphLaunch", "cudaLaunchCooperativeKernelMultiDevice",
+})
+#: runtime calls that block the host until the device has caught up
+SYNC_CALLS = frozenset({
+    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpy2D",
+    "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "cudaMemcpyFromSymbol", "cudaMemcpyToSymbol",
+})
+COPY_CALLS = frozenset({"cudaMemcpyAsync", "cudaMemcpy", "cudaMemcpy2DAsync", "cudaMemcpy2D", "cudaMemcpyPeerAsync",
+                        "cuMemcpyAsync", "cuMemcpyDtoHAsync_v2", "cuMemcpyHtoDAsync_v2"})
+MEMSET_CALLS = frozenset({"cudaMemsetAsync", "cudaMemset", "cuMemsetD8Async", "cuMemsetD32Async"})
+
+#: "Memcpy DtoH (Device -> Pageable)", "Memcpy HtoD (Pinned -> Device)", "Memset (Device)"
+COPY_NAME = re.compile(r"^(?P<op>Memcpy|Memset)\s*(?P<dir>[A-Za-z]toD|[A-Za-z]toH|[A-Za-z]to[A-Za-z]|PtoP)?"
+                       r"\s*(?:\((?P<src>[A-Za-z ]+?)(?:\s*->\s*(?P<dst>[A-Za-z ]+))?\))?")
+#: python frames: "/path/file.py(123): func"
+PY_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.+)$")
+PY_BUILTIN = re.compile(r"^<built-in (?:method|function) (?P<name>\w+)")
+
+
+@dataclass(frozen=True, slots=True)
+class CpuOp:
+    name: str
+    tid: int
+    start: float
+    dur: float
+    input_dims: tuple = ()
+    input_types: tuple[str, ...] = ()
+
+    @property
+    def end(self) -> float:
+        return self.start + self.dur
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeCall:
+    name: str
+    tid: int
+    start: float
+    dur: float
+    correlation: int | None
+    kind: str  # launch | sync | copy | memset | other
+
+    @property
+    def end(self) -> float:
+        return self.start + self.dur
+
+
+@dataclass(frozen=True, slots=True)
+class GpuKernel:
+    name: str
+    device: int
+    stream: int
+    start: float
+    dur: float
+    correlation: int | None
+
+    @property
+    def end(self) -> float:
+        return self.start + self.dur
+
+
+@dataclass(frozen=True, slots=True)
+class GpuCopy:
+    op: str  # memcpy | memset
+    direction: str  # DtoH | HtoD | DtoD | PtoP | HtoH | "" (memset)
+    src: str  # Device | Pageable | Pinned | ""
+    dst: str
+    bytes: int
+    stream: int
+    start: float
+    dur: float
+    correlation: int | None
+
+    @property
+    def end(self) -> float:
+        return self.start + self.dur
+
+    @property
+    def pageable(self) -> bool:
+        return "Pageable" in (self.src, self.dst)
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """A record_function range of trackscope's: a stage, a module call, or the captured run."""
+
+    label: str
+    tid: int
+    start: float
+    dur: float
+
+    @property
+    def end(self) -> float:
+        return self.start + self.dur
+
+
+@dataclass(frozen=True, slots=True)
+class PyFrame:
+    name: str
+    tid: int
+    start: float
+    dur: float
+    frame_id: int | None
+    parent_id: int | None
+
+    @property
+    def end(self) -> float:
+        return self.start + self.dur
+
+
+@dataclass
+class Trace:
+    """All events of one capture, by type; each list sorted by start time."""
+
+    cpu_ops: list[CpuOp] = field(default_factory=list)
+    runtime: list[RuntimeCall] = field(default_factory=list)
+    kernels: list[GpuKernel] = field(default_factory=list)
+    copies: list[GpuCopy] = field(default_factory=list)
+    stages: list[Range] = field(default_factory=list)
+    modules: list[Range] = field(default_factory=list)
+    runs: list[Range] = field(default_factory=list)
+    python: list[PyFrame] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def run_window(self) -> tuple[float, float] | None:
+        """(start, end) of the captured run: its range, else the span of the CPU events."""
+        if self.runs:
+            return self.runs[0].start, self.runs[-1].end
+        spans = [(e.start, e.end) for e in (*self.cpu_ops, *self.runtime)]
+        if not spans:
+            return None
+        return min(s for s, _ in spans), max(e for _, e in spans)
+
+    @property
+    def main_tid(self) -> int | None:
+        """The thread the run ran on (its range's), else the one with most CPU ops."""
+        if self.runs:
+            return self.runs[0].tid
+        if not self.cpu_ops:
+            return None
+        counts: dict[int, int] = {}
+        for op in self.cpu_ops:
+            counts[op.tid] = counts.get(op.tid, 0) + 1
+        return max(counts, key=counts.get)
+
+
+def _num(value: Any, default: float = 0.0) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _tid(value: Any) -> int:
+    tid = _int(value)
+    if tid is not None:
+        return tid
+    # some kineto versions write "stream 7" or a thread name: keep a stable number
+    m = re.search(r"(\d+)", str(value))
+    return int(m.group(1)) if m else hash(str(value)) & 0xFFFF
+
+
+#: CUPTI callback names may carry an API version or per-thread-stream suffix: cudaLaunchKernelExC_v11060, _ptsz
+RUNTIME_SUFFIX = re.compile(r"(?:_v\d+)?(?:_ptsz|_ptds)?(?:_v\d+)?$")
+
+
+def runtime_kind(name: str) -> str:
+    name = RUNTIME_SUFFIX.sub("", name)
+    if name in LAUNCH_CALLS:
+        return "launch"
+    if name in SYNC_CALLS:
+        return "sync"
+    if name in COPY_CALLS:
+        return "copy"
+    if name in MEMSET_CALLS:
+        return "memset"
+    return "other"
+
+
+def parse_copy_name(name: str) -> tuple[str, str, str, str]:
+    """'Memcpy DtoH (Device -> Pageable)' -> ('memcpy', 'DtoH', 'Device', 'Pageable')."""
+    m = COPY_NAME.match(name)
+    if not m:
+        return ("memset" if name.lower().startswith("memset") else "memcpy"), "", "", ""
+    return (m.group("op").lower(), m.group("dir") or "", (m.group("src") or "").strip(),
+            (m.group("dst") or "").strip())
+
+
+def parse_events(events: list[Mapping[str, Any]], meta: Mapping[str, Any] | None = None) -> Trace:
+    """Typed events from a list of Chrome trace events (complete 'X' events; others are skipped)."""
+    trace = Trace(meta=dict(meta or {}))
+    for ev in events:
+        if not isinstance(ev, Mapping) or ev.get("ph", "X") != "X":  # complete events ('X'); some writers omit ph
+            continue
+        cat = str(ev.get("cat", ""))
+        name = str(ev.get("name", ""))
+        args = ev.get("args") if isinstance(ev.get("args"), Mapping) else {}
+        start, dur, tid = _num(ev.get("ts")), max(0.0, _num(ev.get("dur"))), _tid(ev.get("tid"))
+        if cat == "cpu_op":
+            dims = args.get("Input Dims", ())
+            types = args.get("Input type", ())
+            trace.cpu_ops.append(CpuOp(name, tid, start, dur,
+                                       tuple(tuple(d) if isinstance(d, list) else () for d in dims)
+                                       if isinstance(dims, list) else (),
+                                       tuple(str(t) for t in types) if isinstance(types, list) else ()))
+        elif cat in ("cuda_runtime", "cuda_driver"):
+            trace.runtime.append(RuntimeCall(name, tid, start, dur, _int(args.get("correlation")), runtime_kind(name)))
+        elif cat == "kernel":
+            trace.kernels.append(GpuKernel(name, _int(args.get("device")) or 0,
+                                           _int(args.get("stream")) if _int(args.get("stream")) is not None else tid,
+                                           start, dur, _int(args.get("correlation"))))
+        elif cat in ("gpu_memcpy", "gpu_memset"):
+            op, direction, src, dst = parse_copy_name(name)
+            if cat == "gpu_memset":
+                op = "memset"
+            stream = _int(args.get("stream"))
+            trace.copies.append(GpuCopy(op, direction, src, dst, _int(args.get("bytes")) or 0,
+                                        stream if stream is not None else tid, start, dur,
+                                        _int(args.get("correlation"))))
+        elif cat == "user_annotation":
+            if name.startswith(STAGE_PREFIX):
+                trace.stages.append(Range(name[len(STAGE_PREFIX):], tid, start, dur))
+            elif name.startswith(MODULE_PREFIX):
+                trace.modules.append(Range(name[len(MODULE_PREFIX):], tid, start, dur))
+            elif name == RUN_RANGE:
+                trace.runs.append(Range(name, tid, start, dur))
+        elif cat == "python_function":
+            trace.python.append(PyFrame(name, tid, start, dur, _int(args.get("Python id")),
+                                        _int(args.get("Python parent id"))))
+    for items in (trace.cpu_ops, trace.runtime, trace.kernels, trace.copies, trace.stages, trace.modules,
+                  trace.runs, trace.python):
+        items.sort(key=lambda e: (e.start, -e.dur))
+    return trace
+
+
+def parse_chrome_trace(data: Mapping[str, Any] | list) -> Trace:
+    """Parse a loaded Chrome trace (the dict with ``traceEvents``, or the bare event list)."""
+    if isinstance(data, list):
+        return parse_events(data)
+    events = data.get("traceEvents", [])
+    meta = {k: v for k, v in data.items() if k != "traceEvents" and isinstance(v, (str, int, float, bool))}
+    return parse_events(events if isinstance(events, list) else [], meta)
+
+
+def load_chrome_trace(path: str | Path) -> dict[str, Any]:
+    """Read a Chrome trace JSON file, gzipped or not."""
+    path = Path(path)
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    return json.loads(raw.decode("utf-8"))
+
+
+def frame_site(frame: PyFrame) -> tuple[str, int, str] | None:
+    """(file, line, function) of a python frame, or None for a built-in."""
+    m = PY_FRAME.match(frame.name)
+    if not m:
+        return None
+    return m.group("file"), int(m.group("line")), m.group("func")
+
+
+def builtin_name(frame: PyFrame) -> str | None:
+    m = PY_BUILTIN.match(frame.name)
+    return m.group("name") if m else None

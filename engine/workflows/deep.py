@@ -1,0 +1,105 @@
+"""The deep-capture pass of `track --deep` and `bench --deep`: one extra warm run under torch.profiler.
+
+The pass runs after the timed runs and never replaces them: its summary (per stage and module, top
+kernels, syncs, copies, findings' evidence) goes into the report's ``capture`` section, the full
+trace beside the report as gzipped Chrome/Perfetto JSON, and the profiler's own overhead (profiled
+over unprofiled wall time of the same run) is stated with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.capture import CaptureSummary, capture_session, diagnose_capture, summarize, write_trace
+from engine.core.units import format_ms, ms_value
+
+log = logging.getLogger(__name__)
+
+#: the trace written beside a report: NAME.json -> NAME.trace.json.gz
+TRACE_SUFFIX = ".trace.json.gz"
+#: rows of the per-module table printed by the CLI
+PRINTED_MODULES = 8
+#: findings printed by the CLI
+PRINTED_FINDINGS = 5
+
+
+@dataclass(frozen=True)
+class DeepCapture:
+    """One capture pass: its summary, the capture's findings, where the trace went, how long it took."""
+
+    summary: CaptureSummary
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    trace_path: Path | None = None
+    trace_bytes: int | None = None
+    seconds: float = 0.0
+
+    @property
+    def error(self) -> str | None:
+        return self.summary.error
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report's ``capture`` section: the summary plus where its trace is and what the pass cost."""
+        return {**self.summary.to_dict(), "trace_file": self.trace_path.name if self.trace_path else None,
+                "trace_bytes": self.trace_bytes, "capture_seconds": round(self.seconds, 3)}
+
+
+def trace_path_for(report_path: str | Path) -> Path:
+    """Where the trace of a report goes: beside it, NAME.trace.json.gz."""
+    path = Path(report_path)
+    stem = path.name[: -len(path.suffix)] if path.suffix else path.name
+    return path.with_name(stem + TRACE_SUFFIX)
+
+
+def deep_capture(make_session: Callable[[], Any], *, precision: str, typical_wall_ms: float | None,
+                 trace_path: Path | None) -> DeepCapture:
+    """Capture one more warm run of ``make_session()``; never raises for a capture that fails (error set)."""
+    t0 = time.perf_counter()
+    result = capture_session(make_session)
+    summary = summarize(result, precision=precision)
+    findings: list[dict[str, Any]] = []
+    written, size = None, None
+    if result.ok:
+        findings = diagnose_capture(summary, precision=precision, typical_wall_ms=typical_wall_ms)
+        if trace_path is not None and result.chrome is not None:
+            try:
+                written = write_trace(result.chrome, trace_path)
+                size = written.stat().st_size
+            except OSError as exc:  # the summary is still worth keeping
+                log.warning("could not write the trace %s: %s", trace_path, exc)
+    return DeepCapture(summary, findings, written, size, time.perf_counter() - t0)
+
+
+def format_capture(deep: DeepCapture) -> str:
+    """The capture as a few lines of text: overhead, counts, the costliest modules, the findings."""
+    s = deep.summary
+    if s.error:
+        return f"deep capture: not available: {s.error}"
+    lines = [f"deep capture ({deep.seconds:.1f} s): run {format_ms(s.unprofiled_wall_ms)} unprofiled, "
+             f"{format_ms(s.profiled_wall_ms)} under the profiler (overhead {_ratio(s)}); "
+             f"{s.counts.kernels} kernels, {s.counts.launches} launches, {s.counts.syncs} syncs, "
+             f"{s.counts.copies} copies; kernels busy {format_ms(s.kernel_ms)}"]
+    if deep.trace_path is not None:
+        lines.append(f"  trace: {deep.trace_path} ({(deep.trace_bytes or 0) / 2**20:.2f} MiB, "
+                     "open in ui.perfetto.dev or chrome://tracing)")
+    modules = sorted(s.modules, key=lambda m: -(m.kernel_ms or 0.0) - (m.wall_ms or 0.0))[:PRINTED_MODULES]
+    if modules:
+        lines.append(f"  {'module':44s} {'wall ms':>9s} {'kernel ms':>9s} {'kernels':>7s} {'syncs':>5s} "
+                     f"{'copies':>6s}")
+        for m in modules:
+            lines.append(f"  {m.module[:44]:44s} {ms_value(m.wall_ms):>9s} {ms_value(m.kernel_ms):>9s} "
+                         f"{m.kernels:>7d} {m.syncs:>5d} {m.copies:>6d}")
+    for f in deep.findings[:PRINTED_FINDINGS]:
+        where = " ".join(x for x in (f.get("module"), f.get("call_site")) if x)
+        lines.append(f"  {f['severity'].upper():8s} {f['rule']}: {f['title']}" + (f" [{where}]" if where else ""))
+    return "\n".join(lines)
+
+
+def _ratio(s: CaptureSummary) -> str:
+    if s.profiled_wall_ms and s.unprofiled_wall_ms:
+        return f"{s.profiled_wall_ms / s.unprofiled_wall_ms:.2f}x"
+    return "unknown"
