@@ -127,3 +127,31 @@ def test_diagnose_cli_shows_todays_findings_and_the_recorded_ones_apart(tmp_path
     today, _, recorded = capsys.readouterr().out.partition(RECORDED_HEADING)
     assert "host_sync_per_point" in today and "launch_bound" not in today
     assert "launch_bound" in recorded  # each report recorded it alone; the sweep explains it by the host sync
+
+
+def test_capture_rules_run_on_load_over_a_reports_deep_capture_summary(tmp_path, capsys):
+    """A report's capture section is analysed on load: today's capture rules on the H200 summaries give
+    what the device run printed (scripts/device_capture.py recorded them)."""
+    import dataclasses
+
+    runs = json.loads((DATA.parent / "capture" / "summaries.json").read_text())["runs"]
+    base = load_report(DATA / "corrtrack_fp32_p256_sample.json")
+    checked = 0
+    for run in runs:
+        report = dataclasses.replace(
+            base, label=run["label"], capture=run["summary"],
+            config=dataclasses.replace(base.config, precision=run["precision"]),
+            totals=dataclasses.replace(base.totals, warm_ms_median=run["wall_ms_median"]))
+        found = analyse(report).capture_findings
+        assert [f["rule"] for f in found] == [f["rule"] for f in run["findings"]], run["label"]
+        assert all(f["label"] == run["label"] for f in found)
+        checked += bool(found)
+    assert checked >= 3  # the planted captures do fire
+    from engine.cli import main
+    from engine.cli.diagnose import CAPTURE_HEADING
+    from engine.report.files import save
+
+    assert main(["diagnose", str(save(report, tmp_path / "r.json"))]) == 0
+    out = capsys.readouterr().out
+    assert (CAPTURE_HEADING in out) == bool(found)
+    assert analyse(base).capture_findings == ()  # no capture section: no capture findings

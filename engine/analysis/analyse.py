@@ -2,12 +2,14 @@
 
 Recording writes measurements only; the CLI and the app run ``analyse`` (one report) or
 ``analyse_many`` (a bench sweep: growth across batch sizes too) on every report they open, so a
-replayed report shows today's rules. Findings a writer froze into an older file stay visible as
-recorded: ``Analysis.recorded_only()`` lists those today's rules no longer give.
+replayed report shows today's rules, today's capture rules on its deep-capture summary included.
+Findings a writer froze into an older file stay visible as recorded: ``Analysis.recorded_only()``
+lists those today's rules no longer give.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -15,8 +17,13 @@ from typing import Any
 from engine.analysis.facts import Finding
 from engine.analysis.roofline import Cost, report_cost
 from engine.analysis.rules import diagnose, diagnose_many
+from engine.capture.rules import diagnose_capture
+from engine.capture.summary import CaptureSummary
+from engine.core.errors import ReportError
 from engine.report.parts import RecordedFinding
 from engine.report.schema import Report, as_report
+
+log = logging.getLogger(__name__)
 
 
 def _key(rule: str, stage: str | None, label: str | None) -> tuple[str, str | None, str | None]:
@@ -31,6 +38,7 @@ class Analysis:
     costs: tuple[Cost | None, ...]  # per report: its stages on the roofline (None: nothing counted)
     findings: tuple[Finding, ...]  # today's rules, most severe first
     recorded_findings: tuple[RecordedFinding, ...] = ()  # what the files' writers froze into them
+    capture_findings: tuple[dict[str, Any], ...] = ()  # today's capture rules on the deep-capture summaries
 
     @property
     def cost(self) -> Cost | None:
@@ -64,12 +72,27 @@ def _recorded(reports: Iterable[Report], extra: Iterable[RecordedFinding]) -> tu
     return (*out, *extra)
 
 
+def capture_findings(report: Report) -> tuple[dict[str, Any], ...]:
+    """Today's capture rules on a report's deep-capture summary (none without one, or with one this
+    version cannot read), each labelled with its report."""
+    if not report.capture:
+        return ()
+    try:
+        summary = CaptureSummary.from_dict(report.capture)
+    except ReportError as exc:
+        log.warning("capture section of %s not analysed: %s", report.short_label(), exc.message)
+        return ()
+    found = diagnose_capture(summary, precision=report.precision, capability=report.capability,
+                             typical_wall_ms=report.totals.warm_ms_median)
+    return tuple({**f, "label": report.label or None} for f in found)
+
+
 def analyse(report: Report | Mapping[str, Any]) -> Analysis:
     """One report's roofline and findings by today's rules."""
     r = as_report(report)
     cost = report_cost(r)
     return Analysis(reports=(r,), costs=(cost,), findings=tuple(diagnose(r, cost)),
-                    recorded_findings=_recorded((r,), ()))
+                    recorded_findings=_recorded((r,), ()), capture_findings=capture_findings(r))
 
 
 def analyse_many(reports: Sequence[Report | Mapping[str, Any]],
@@ -79,7 +102,8 @@ def analyse_many(reports: Sequence[Report | Mapping[str, Any]],
     typed = tuple(as_report(r) for r in reports)
     costs = tuple(report_cost(r) for r in typed)
     return Analysis(reports=typed, costs=costs, findings=tuple(diagnose_many(typed, costs)),
-                    recorded_findings=_recorded(typed, recorded_findings))
+                    recorded_findings=_recorded(typed, recorded_findings),
+                    capture_findings=tuple(f for r in typed for f in capture_findings(r)))
 
 
 def format_recorded(findings: Sequence[RecordedFinding]) -> str:
@@ -90,4 +114,17 @@ def format_recorded(findings: Sequence[RecordedFinding]) -> str:
         lines.append(f"{x.severity.upper():8s} {x.rule}{where}: {x.title}")
         if x.suggestion:
             lines.append(f"         suggestion: {x.suggestion}")
+    return "\n".join(lines)
+
+
+def format_capture_findings(findings: Sequence[Mapping[str, Any]]) -> str:
+    """Capture findings as text, one block each (rule, title, where, suggestion)."""
+    lines = []
+    for f in findings:
+        where = " ".join(str(x) for x in (f.get("module"), f.get("call_site")) if x)
+        label = f" [{f['label']}]" if f.get("label") else ""
+        where = f" ({where})" if where else ""
+        lines.append(f"{str(f['severity']).upper():8s} {f['rule']}{label}: {f['title']}{where}")
+        if f.get("suggestion"):
+            lines.append(f"         suggestion: {f['suggestion']}")
     return "\n".join(lines)
