@@ -7,13 +7,14 @@ GPU idle time that is the profiler's or the session's own loop is never a findin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 from engine.capture.rules import diagnose_capture
-from engine.capture.summary import CaptureSummary
+from engine.capture.summary import CaptureSummary, Fp32Op
 
 DATA = Path(__file__).parent / "data" / "capture" / "summaries.json"
 RUNS = {run["label"]: run for run in json.loads(DATA.read_text())["runs"]}
@@ -66,3 +67,20 @@ def test_session_loop_idle_is_reported_as_session_overhead():
     assert f["title"].startswith("session overhead between stages") and f["evidence"]["session_idle_ms"] > 2.0
     # the profiler's added host time (12.6 ms profiled, 5.2 ms unprofiled) covers the tracker's own idle
     assert f["evidence"]["profiler_added_ms"] > 7.0 and f["evidence"]["host_idle_ms"] == 0.0
+
+
+def test_fp32_grid_sampler_at_thirty_percent_of_the_run_is_the_top_finding():
+    # the committed fp32_grid_sample capture, with its grid_sampler grown to 30 % of the run (as the planted
+    # sampler now is meant to be, like the peers' 9-21 ms): the fp32 op is named on top, in its module
+    run = RUNS["fp32_grid_sample"]
+    summary = CaptureSummary.from_dict(run["summary"])
+    heavy = Fp32Op("aten::grid_sampler", "sampler", 4, 0.3 * summary.wall_ms, 0.2)
+    summary = dataclasses.replace(summary, fp32_ops=(heavy, *[r for r in summary.fp32_ops if r.op != heavy.op]))
+    findings = diagnose_capture(summary, precision="bf16", capability=CAPABILITY,
+                                typical_wall_ms=run["wall_ms_median"])
+    top = findings[0]
+    assert top["rule"] == "fp32_under_autocast" and top["module"] == "sampler"
+    assert "aten::grid_sampler" in top["title"] and top["severity"] == "warning"  # half of 30 % at stake
+    assert top["evidence"]["share"] == 0.15
+    # as committed (0.005 ms of grid_sampler) it is far too small to be a finding at all
+    assert "fp32_under_autocast" not in {f["rule"] for f in findings_of("fp32_grid_sample")}
