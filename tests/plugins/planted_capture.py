@@ -125,7 +125,8 @@ class Sampler(nn.Module):
     47 * 256 * 15^2 * 16 values ``SAMPLE_ITERATIONS`` times (~170 M values; the H200 samples ~85 G/s single
     channel in CorrTrack's polish) so that the fp32 ``grid_sampler`` kernel is a sizeable share of the run,
     like the peers' 9-21 ms; the window shrinks with the feature map (3x3 at 8x8 cells), so tiny CPU
-    videos stay fast."""
+    videos stay fast. ``padding_mode="border"`` keeps it on ATen's ``grid_sampler_2d_kernel`` as in the
+    peers and CorrTrack (zeros + align_corners would go to cuDNN's ``bilinear_sampler_fw_4d``)."""
 
     def forward(self, feats: torch.Tensor, tracks: torch.Tensor, qfeat: torch.Tensor) -> torch.Tensor:
         """feats [T, C, h, w] float32, tracks [N, T, 2] px, qfeat [N, C] -> refined tracks [N, T, 2] px."""
@@ -140,7 +141,8 @@ class Sampler(nn.Module):
         pos = tracks.transpose(0, 1).float() / FEATURE_STRIDE  # [T, N, 2] cells
         for _ in range(SAMPLE_ITERATIONS):
             grid = (pos[:, :, None] + window) * scale - 1  # [T, N, K, 2]
-            out = nn.functional.grid_sample(feats.float(), grid, align_corners=True)  # [T, C, N, K] float32
+            out = nn.functional.grid_sample(feats.float(), grid, padding_mode="border",  # [T, C, N, K] float32
+                                            align_corners=True)
             weight = torch.softmax((out * q).sum(1), dim=-1)  # [T, N, K] local correlation
             pos = pos + (weight[..., None] * window[0]).sum(2)
         return pos.transpose(0, 1) * FEATURE_STRIDE
