@@ -11,12 +11,9 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QWidget
 
-from engine.core.errors import UserError
-from engine.io.trackio import save_tracks
-from engine.io.video import write_video
-from engine.report.recorder import save_report
+from engine.api import UserError, save_report, save_tracks, write_video
 from gui.model import RunData
-from gui.video_view import DEFAULT_TRAIL, PALETTE
+from gui.widgets.video_view import DEFAULT_TRAIL, PALETTE
 
 POINT_RADIUS = 3
 TRAIL_THICKNESS = 1

@@ -11,9 +11,7 @@ from typing import Any
 import numpy as np
 from PySide6.QtWidgets import QFileDialog, QWidget
 
-from engine.core.errors import UserError
-from engine.io.trackio import grid_queries, read_queries_csv
-from engine.io.video import VIDEO_EXTENSIONS
+from engine.api import VIDEO_EXTENSIONS, UserError, grid_queries, read_queries_csv
 from gui import export
 from gui.model import RunData
 
@@ -25,7 +23,7 @@ VIDEO_PATTERNS = " ".join(f"*{ext}" for ext in VIDEO_EXTENSIONS)
 
 def _sidecar_ground_truth(video: Path) -> dict[str, np.ndarray] | None:
     """``<video stem>.gt.npz`` next to the video, if there is one and it reads."""
-    from engine.io.trackio import load_ground_truth
+    from engine.api import load_ground_truth
 
     path = video.with_suffix(".gt.npz")
     if not path.is_file():
@@ -60,7 +58,7 @@ class FileActions:
 
     def open_video(self, path: str | Path, queries: np.ndarray | None = None) -> None:
         """Decode a video (VideoError on failure) and show it with its queries CSV or a grid."""
-        from engine.io.video import open_video
+        from engine.api import open_video
 
         path = Path(path)
         with open_video(path) as reader:
@@ -79,7 +77,7 @@ class FileActions:
 
     def csv_queries(self, path: str | Path) -> np.ndarray:
         """A queries CSV (the video's own pixels) in the pixels of the frames shown, shrunk or not."""
-        from engine.io.video import query_scale
+        from engine.api import query_scale
 
         src = self.video_info
         return read_queries_csv(path) / query_scale(src.get("source_width") or src.get("width") or 1,
@@ -113,7 +111,7 @@ class FileActions:
 
     def open_report(self, path: str | Path) -> None:
         """Replay a run report (or the first of a bench file): tracks, video, stage and telemetry charts."""
-        from engine.report.recorder import load_reports
+        from engine.api import load_reports
 
         reports = load_reports(path)
         report = reports[0]
@@ -159,7 +157,7 @@ class FileActions:
 
     @staticmethod
     def _resolve_report_video(report_path: Path, video: dict[str, Any]) -> Path | None:
-        from gui.app import sample_video_path
+        from engine.api import sample_video_path
 
         candidates = []
         if video.get("path"):
@@ -213,7 +211,7 @@ class FileActions:
             self.compare_with_report(path)
 
     def compare_with_report(self, path: str | Path) -> bool:
-        from engine.report.recorder import load_report
+        from engine.api import load_report
 
         try:
             other = RunData.from_report(load_report(path))

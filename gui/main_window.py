@@ -22,20 +22,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.core.config import RunConfig
-from engine.core.errors import UserError
-from engine.io.trackio import grid_queries
-from engine.run.session import BatchDone, Failed, Finished, Started
-from gui.ab_view import ABView
-from gui.banner import MessageBanner
-from gui.charts import ChartsPanel
-from gui.diagnosis_panel import DiagnosisPanel
+from engine.api import BatchDone, Failed, Finished, RunConfig, Started, UserError, grid_queries
 from gui.file_actions import FileActions
 from gui.model import RunData
-from gui.run_panel import DEFAULT_GRID, RunPanel
+from gui.panels.ab_view import ABView
+from gui.panels.diagnosis import DiagnosisPanel
+from gui.panels.run_panel import DEFAULT_GRID, RunPanel
+from gui.panels.tradeoff import TradeoffPanel
 from gui.settings import Settings
-from gui.tradeoff_panel import TradeoffPanel
-from gui.video_view import VideoView
+from gui.widgets.banner import MessageBanner
+from gui.widgets.charts import ChartsPanel
+from gui.widgets.video_view import VideoView
 from gui.worker import RunController
 
 GT_QUERY_TOLERANCE_PX = 0.5  # ground truth fits the queries when it passes through them
@@ -191,7 +188,7 @@ class MainWindow(FileActions, QMainWindow):
 
     def _make_sampler(self) -> Any:
         try:
-            from engine.telemetry.sampler import TelemetrySampler
+            from engine.api import TelemetrySampler
 
             sampler = TelemetrySampler()
             sampler.start()

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.trackers.base import track_arrays
+from engine.api import track_arrays
 
 
 @dataclass
@@ -61,7 +61,7 @@ class RunData:
     @classmethod
     def from_report(cls, report: dict[str, Any]) -> RunData | None:
         """Build from a run report holding tracks; None when the report has none."""
-        from engine.report.recorder import report_tracks
+        from engine.api import report_tracks
 
         got = report_tracks(report)
         if got is None:

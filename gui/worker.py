@@ -14,9 +14,7 @@ from typing import Any, Callable
 import numpy as np
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from engine.core.config import RunConfig
-from engine.run.session import BatchDone, Failed, Finished, Session, Started
-from engine.trackers import TrackerCache
+from engine.api import BatchDone, Failed, Finished, RunConfig, Session, Started, TrackerCache
 
 #: how long closing the window waits for the worker thread to end, ms
 SHUTDOWN_WAIT_MS = 10_000
@@ -124,7 +122,7 @@ class SessionWorker(QObject):
         self._emit(self.report_ready, (report, recorder))
 
     def _drive(self, session: Session) -> bool:
-        from engine.report.recorder import RunRecorder
+        from engine.api import RunRecorder
 
         recorder = RunRecorder()
         for event in session.events():

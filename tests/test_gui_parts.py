@@ -24,12 +24,12 @@ from engine.io.trackio import load_tracks  # noqa: E402
 from engine.io.video import open_video, write_video  # noqa: E402
 from engine.report.recorder import load_report  # noqa: E402
 from gui import export  # noqa: E402
-from gui.charts import POLL_HZ, ChartsPanel  # noqa: E402
+from gui.widgets.charts import POLL_HZ, ChartsPanel  # noqa: E402
 from gui.main_window import MainWindow  # noqa: E402
 from gui.model import RunData  # noqa: E402
 from gui.settings import Settings  # noqa: E402
-from gui.toggles import TogglesPanel  # noqa: E402
-from gui.video_view import VideoView  # noqa: E402
+from gui.panels.toggles import TogglesPanel  # noqa: E402
+from gui.widgets.video_view import VideoView  # noqa: E402
 from tests.helpers import moving_square_video  # noqa: E402
 
 RUN_TIMEOUT_MS = 20_000

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gui.transport import Transport
+from gui.widgets.transport import Transport
 
 #: colours per track, cycled (a qualitative palette that reads on video)
 PALETTE = [

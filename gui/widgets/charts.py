@@ -21,7 +21,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 
-from engine.core.config import RunConfig
+from engine.api import RunConfig
 
 POLL_HZ = 5.0  # highest paint rate; the sampler's data rate (10 Hz) is independent of it
 #: on a long time axis the charts redraw less often: when the newest sample has moved this many pixels
@@ -93,7 +93,7 @@ def _reference_line(colour: tuple[int, int, int], label: str) -> pg.InfiniteLine
 
 def _decode_reasons(mask: int) -> list[str]:
     try:
-        from engine.telemetry.sampler import decode_clock_reasons
+        from engine.api import decode_clock_reasons
     except ImportError:
         return [f"0x{mask:x}"]
     return list(decode_clock_reasons(mask))
@@ -651,7 +651,7 @@ class ChartsPanel(QWidget):
             offset = start + float(run.get("wall_ms", 0.0)) / 1e3
         self._draw_stage_bars()
         self._clip_cold(report)
-        from engine.report.recorder import stage_ms
+        from engine.api import stage_ms
 
         self.set_breakdown(stage_ms(report) or self.stage_totals(last_run=False), report.get("cost"))
         self.breakdown.setTitle("Per-stage breakdown of a typical run (ms)" if stage_ms(report) else
