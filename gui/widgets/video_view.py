@@ -276,6 +276,10 @@ class VideoView(QWidget):
         self.queries = np.asarray(queries, np.float32).reshape(-1, 3)
         self.redraw()
 
+    def set_click_adds_queries(self, on: bool) -> None:
+        """Whether a left click on the video adds a query."""
+        self.click_adds_queries = bool(on)
+
     def set_tracks(self, tracks: np.ndarray | None, visible: np.ndarray | None) -> None:
         """Tracks float32 [N, T, 2] (NaN where not computed yet) and visibility bool [N, T]."""
         self.tracks = tracks
