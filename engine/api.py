@@ -30,8 +30,10 @@ from engine.core.paths import SAMPLE_VIDEO, ground_truth_sidecar, queries_sideca
 from engine.io.video import VIDEO_EXTENSIONS, open_video, query_scale, write_video
 from engine.io.trackio import grid_queries, load_ground_truth, load_tracks, read_queries_csv, save_tracks
 
-# -- trackers -------------------------------------------------------------------------------------------------
+# -- trackers and their stages ----------------------------------------------------------------------------------
+from engine.core.stages import BUILTIN_STAGES
 from engine.trackers import TrackerCache, available_trackers, load_tracker
+from engine.trackers.lk import STAGES as LK_STAGES
 from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult, track_arrays
 
 # -- the session and its events -----------------------------------------------------------------------------------
@@ -123,7 +125,8 @@ def run_title(config: RunConfig | Mapping[str, Any], tracker: Mapping[str, Any] 
 
 
 __all__ = [
-    "BASELINE_PRECISION", "DEFAULT_TUNABLE", "MEMORY_DEVICE_PEAK", "MEMORY_PROCESS_RSS", "PRECISIONS",
+    "BASELINE_PRECISION", "BUILTIN_STAGES", "DEFAULT_TUNABLE", "LK_STAGES", "MEMORY_DEVICE_PEAK",
+    "MEMORY_PROCESS_RSS", "PRECISIONS",
     "SAMPLER_THREAD_NAME", "SAMPLE_VIDEO", "VIDEO_EXTENSIONS",
     "BatchDone", "DeviceGates", "Divergence", "Failed", "Finished", "Gate", "PreparedVideo", "QueryError",
     "ReportError",

@@ -29,7 +29,7 @@ from engine.api import RunConfig, TelemetrySampler, UserError
 from gui.controllers.exports import ExportController
 from gui.controllers.files import FileController
 from gui.controllers.runs import RunActions
-from gui.model import RunData
+from gui.model import RunData, report_title
 from gui.panels.ab_view import ABView
 from gui.panels.diagnosis import DiagnosisPanel
 from gui.panels.queue import PanelQueue
@@ -44,6 +44,14 @@ from gui.widgets.video_view import VideoView
 MESSAGE_MS = 10_000  # how long a problem stays in the status bar
 DEFAULT_SIZE = (1500, 900)
 DOCK_WIDTHS = (230, 520)  # run dock, charts dock, px
+FPS_DECIMALS = 2
+
+
+def format_fps(fps: float | None) -> str:
+    """A frame rate for people: '29.97', '23.98', '25'; '?' when unknown."""
+    if not fps:
+        return "?"
+    return f"{fps:.{FPS_DECIMALS}f}".rstrip("0").rstrip(".")
 
 
 class MainWindow(QMainWindow):
@@ -231,15 +239,17 @@ class MainWindow(QMainWindow):
         t, h, w = s.frames.shape[:3]
         name = Path(s.video_path).name if s.video_path else "video"
         self.setWindowTitle(f"trackscope — {name}")
-        self.status_label.setText(f"{name}: {t} frames, {w}x{h}, {fps or '?'} fps")
+        self.status_label.setText(f"{name}: {t} frames, {w}x{h}, {format_fps(fps)} fps")
 
     def _show_tracks(self) -> None:
         run = self.state.current
         self.view.set_tracks(None if run is None else run.tracks, None if run is None else run.visible)
 
-    def _show_replayed(self, report: dict[str, Any]) -> None:
+    def _show_replayed(self, replayed: tuple[dict[str, Any], str]) -> None:
+        report, source = replayed
         self.charts.show_report(report)
-        self.status_label.setText(f"Report: {report.get('label') or Path(self.state.video_path or '').name}")
+        title = report_title(report) if report.get("label") or (report.get("config") or {}).get("tracker") else ""
+        self.status_label.setText(f"Report: {title or Path(source).name}")
 
     def _add_tradeoff_row(self, payload: tuple[dict[str, Any], tuple[np.ndarray, np.ndarray] | None]) -> None:
         if self.tradeoff is None:

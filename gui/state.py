@@ -48,7 +48,7 @@ class AppState(QObject):
     current_changed = Signal()  # another run is shown (or none)
     tracks_updated = Signal()  # the current run's tracks got new points (in place)
     report_changed = Signal()  # the current report (a finished run's, or a replayed one)
-    report_replayed = Signal(object)  # a report opened from a file: its dict
+    report_replayed = Signal(object)  # a report opened from a file: (its dict, the file's path)
     run_reported = Signal(object)  # (report, (tracks, visible) | None): a row for the trade-offs
     comparison_changed = Signal(object)  # Comparison
     config_changed = Signal(object)  # RunConfig set from outside the toggles (a replayed report's)
@@ -136,10 +136,10 @@ class AppState(QObject):
         self.recorder = recorder
         self.report_changed.emit()
 
-    def replay_report(self, report: dict[str, Any]) -> None:
-        """A report opened from a file becomes the current one and is replayed in the charts."""
+    def replay_report(self, report: dict[str, Any], source: str) -> None:
+        """A report opened from the file ``source`` becomes the current one and is replayed in the charts."""
         self.set_report(report)
-        self.report_replayed.emit(report)
+        self.report_replayed.emit((report, source))
 
     def add_run_report(self, report: dict[str, Any], arrays: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         """A report for the trade-offs (arrays: the run's tracks [N, T, 2] and visible [N, T], when left out)."""

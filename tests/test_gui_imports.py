@@ -47,3 +47,36 @@ def test_the_scan_sees_lazy_and_package_imports(tmp_path):
     sample = tmp_path / "sample.py"
     sample.write_text("def f():\n    import torch.nn\n    from engine import api\n    from engine.core import x\n")
     assert [m for _, m in _imports(sample)] == ["torch.nn", "engine.api", "engine.core"]
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(GUI.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _targets(path: Path) -> set[str]:
+    """Modules a file imports, ``from gui import export`` read as gui.export too."""
+    out = {m for _, m in _imports(path)}
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return out
+
+
+def test_gui_modules_import_no_cycle():
+    """Imports between gui modules (lazy ones too) form no cycle: app -> main_window -> ... -> app is gone."""
+    modules = {_module_name(p): p for p in _gui_files()}
+    graph = {name: {m for m in _targets(path) if m in modules and m != name} for name, path in modules.items()}
+    done: set[str] = set()
+
+    def visit(name: str, trail: list[str]) -> None:
+        if name in trail:
+            raise AssertionError("import cycle: " + " -> ".join(trail[trail.index(name):] + [name]))
+        if name in done:
+            return
+        for other in sorted(graph[name]):
+            visit(other, trail + [name])
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])

@@ -157,7 +157,7 @@ class FileController(QObject):
         if run is not None:
             self.state.set_current(run, adopt_queries=True)
         self._adopt_config(report.get("config") or {})
-        self.state.replay_report(report)
+        self.state.replay_report(report, str(path))
         for r in reports:
             self.state.add_run_report(r)
         if run is not None:

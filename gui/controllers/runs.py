@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from engine.api import BatchDone, Failed, Finished, RunConfig, Started, UserError
+from engine.api import BatchDone, Failed, Finished, RunConfig, Started, UserError, run_title
 from gui.controllers.runner import RunController
 from gui.model import RunData
 from gui.state import AppState
@@ -51,6 +51,7 @@ class RunActions(QObject):
         self._origin: float | None = None
         self._previous: RunData | None = None
         self._run_start: float | None = None  # chart time of the current run's start
+        self._tracker: dict[str, Any] = {}  # the running tracker's description (what settings it uses)
         state.video_changed.connect(self._reset_clock)
 
     @property
@@ -73,7 +74,7 @@ class RunActions(QObject):
         config = s.config
         self.starting.emit()
         self._previous = s.current  # still shown until the new run's first batch; back if it fails
-        run = RunData.empty(config.label(), config.to_dict(), s.queries, len(s.frames))
+        run = RunData.empty(run_title(config), config.to_dict(), s.queries, len(s.frames))
         run.video_path = s.video_path
         s.current = run  # shown from its first batch on (no current_changed: the old tracks stay until then)
         self._run_config = None
@@ -124,12 +125,14 @@ class RunActions(QObject):
         self.batches_seen = 0
         self.num_batches = event.num_batches
         self.charts.set_stages(list(event.stages))
+        self._tracker = dict(event.tracker or {})
+        title = run_title(event.config, self._tracker)
         if self._run_config is not None and event.config != self._run_config:
-            self.charts.mark(self._t(event.t), event.config.label())
+            self.charts.mark(self._t(event.t), event.config.label())  # a marker says the whole config
         self._run_config = event.config
         if s.current is None or len(s.current.tracks) != event.num_queries:
-            s.current = RunData.empty(event.config.label(), event.config.to_dict(), s.queries, len(s.frames))
-        s.current.label = event.config.label()
+            s.current = RunData.empty(title, event.config.to_dict(), s.queries, len(s.frames))
+        s.current.label = title
         s.current.config = event.config.to_dict()
         gate_note = f" ({event.precision_gate})" if event.precision_gate else ""
         self.status.emit(f"Running on {event.device_name}{gate_note}: 0 / {event.num_batches} batches")
@@ -137,17 +140,18 @@ class RunActions(QObject):
     def _on_batch(self, event: BatchDone) -> None:
         self.batches_seen += 1
         run = self.state.current
+        title = run_title(event.config, self._tracker)
         if run is not None and event.stop <= len(run.tracks):
             run.tracks[event.start:event.stop] = event.tracks
             run.visible[event.start:event.stop] = event.visible
-            run.label = event.config.label()
+            run.label = title
             self.state.update_tracks()
         t_end = self._t(event.t)
         if self._run_config is not None and event.config != self._run_config:
             self.charts.mark(t_end - event.wall_ms / 1e3, event.config.label())
         self._run_config = event.config
         self.charts.add_batch(t_end, event.wall_ms, event.stage_ms)
-        self.status.emit(f"{event.config.label()}: batch {self.batches_seen} / {self.num_batches}, "
+        self.status.emit(f"{title}: batch {self.batches_seen} / {self.num_batches}, "
                          f"{event.wall_ms:.0f} ms")
 
     def _on_finished(self, event: Finished) -> None:
