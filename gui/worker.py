@@ -29,9 +29,10 @@ WAIT_POLL_S = 0.1
 class GeneratorWorker(QObject):
     """Iterates ``work()`` in a worker thread; created without a parent so ``moveToThread`` works.
 
-    ``quit()`` (thread-safe) asks it to stop: ``on_quit`` is called at once (to cancel a session between
-    batches) and the loop ends after the value being produced. The GUI calls ``handled()`` once per
-    ``yielded`` value it has dealt with; the worker waits while ``max_in_flight`` are unhandled.
+    ``quit()`` (thread-safe) asks it to stop. With ``on_quit`` the work is told at once and winds down
+    itself, its last values still delivered (a cancelled session still yields its ``Finished``); without,
+    the loop closes the generator at its next value. The GUI calls ``handled()`` once per ``yielded``
+    value it has dealt with; the worker waits while ``max_in_flight`` are unhandled (never after quit).
     """
 
     yielded = Signal(object)
@@ -56,7 +57,7 @@ class GeneratorWorker(QObject):
         return self._stop.is_set()
 
     def quit(self) -> None:
-        """Stop after the value being produced (and tell the work, through ``on_quit``)."""
+        """Ask the work to stop: tell it through ``on_quit``, else stop at its next value."""
         self._stop.set()
         if self._on_quit is not None:
             self._on_quit()
@@ -85,6 +86,11 @@ class GeneratorWorker(QObject):
 
     def _iterate(self, gen: Iterator[Any]) -> Any:
         while True:
+            if self._stop.is_set() and self._on_quit is None:
+                close = getattr(gen, "close", None)
+                if close is not None:
+                    close()
+                return None
             try:
                 value = next(gen)
             except StopIteration as stop:
