@@ -139,7 +139,7 @@ class MainWindow(QMainWindow):
         """Wire the state to the widgets that show it, and the controls to the controllers."""
         s, p, files, runs = self.state, self.run_panel, self.files, self.runs
         s.video_changed.connect(self._show_video)
-        s.queries_changed.connect(lambda: (self.view.set_queries(s.queries), p.set_query_count(len(s.queries))))
+        s.queries_changed.connect(self._show_queries)
         s.current_changed.connect(self._show_tracks)
         s.tracks_updated.connect(self._show_tracks)
         s.report_changed.connect(lambda: self.panels.call(self.diagnosis, self.diagnosis.set_report, s.report)
@@ -240,6 +240,10 @@ class MainWindow(QMainWindow):
         name = Path(s.video_path).name if s.video_path else "video"
         self.setWindowTitle(f"trackscope — {name}")
         self.status_label.setText(f"{name}: {t} frames, {w}x{h}, {format_fps(fps)} fps")
+
+    def _show_queries(self) -> None:
+        self.view.set_queries(self.state.queries)
+        self.run_panel.set_query_count(len(self.state.queries))
 
     def _show_tracks(self) -> None:
         run = self.state.current

@@ -128,10 +128,12 @@ class FileController(QObject):
 
     def csv_queries(self, path: str | Path) -> np.ndarray:
         """A queries CSV (the video's own pixels) in the pixels of the frames shown, shrunk or not."""
-        src = self.state.video_info
+        src, frames = self.state.video_info, self.state.frames
+        if frames is None:
+            raise UserError(f"{path}: open a video before its queries")
         return read_queries_csv(path) / query_scale(src.get("source_width") or src.get("width") or 1,
                                                     src.get("source_height") or src.get("height") or 1,
-                                                    self.state.frames)
+                                                    frames)
 
     def open_report(self, path: str | Path) -> None:
         """Replay a run report (or the first of a bench file): tracks, video, stage and telemetry charts."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,7 +99,7 @@ class SessionJob:
             report = f"could not build the run report: {type(exc).__name__}: {exc}"
         return ReportReady(report, recorder)
 
-    def _drive(self, session: Session) -> Iterator[Any]:
+    def _drive(self, session: Session) -> Generator[Any, None, bool]:
         """One session's events; returns whether the next looped run may start."""
         recorder = RunRecorder()
         for event in session.events():

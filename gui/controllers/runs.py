@@ -131,7 +131,8 @@ class RunActions(QObject):
             self.charts.mark(self._t(event.t), event.config.label())  # a marker says the whole config
         self._run_config = event.config
         if s.current is None or len(s.current.tracks) != event.num_queries:
-            s.current = RunData.empty(title, event.config.to_dict(), s.queries, len(s.frames))
+            num_frames = 0 if s.frames is None else len(s.frames)
+            s.current = RunData.empty(title, event.config.to_dict(), s.queries, num_frames)
         s.current.label = title
         s.current.config = event.config.to_dict()
         gate_note = f" ({event.precision_gate})" if event.precision_gate else ""
