@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
 import cv2
 import numpy as np
-from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QWidget
 
-from engine.core.errors import UserError
-from engine.io.trackio import save_tracks
-from engine.io.video import write_video
-from engine.report.recorder import save_report
+from engine.api import UserError, save_report, save_tracks, write_video
 from gui.model import RunData
-from gui.video_view import DEFAULT_TRAIL, PALETTE
+from gui.widgets.video_view import DEFAULT_TRAIL, PALETTE
 
 POINT_RADIUS = 3
 TRAIL_THICKNESS = 1
@@ -79,25 +74,3 @@ def export_png(path: str | Path, widget: QWidget) -> Path:
     if not widget.grab().save(str(path), "PNG"):
         raise UserError(f"{path}: could not write the PNG", "check the folder exists and is writable")
     return path
-
-
-class BackgroundExport(QObject):
-    """Runs an export function in a plain thread (no Qt inside it); ``done`` carries the saved path or
-    the exception, delivered on the GUI thread. Drawing a long overlaid video takes seconds."""
-
-    done = Signal(object)
-
-    def __init__(self, fn, *args: Any):
-        super().__init__()
-        self._fn, self._args = fn, args
-        self.thread = threading.Thread(target=self._run, name="trackscope-export", daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            result: Any = self._fn(*self._args)
-        except Exception as exc:  # reported on the GUI thread, never raised into the thread's void
-            result = exc
-        self.done.emit(result)

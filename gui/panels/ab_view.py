@@ -31,10 +31,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.analysis.metrics import Divergence, divergence, tapvid_metrics
-from gui.ab_parts import ResizeWatch, SideView
+from engine.api import Divergence, divergence, tapvid_metrics
 from gui.model import RunData
-from gui.transport import Transport
+from gui.panels.ab_parts import ResizeWatch, SideView
+from gui.widgets.transport import Transport
 
 #: colour scale of divergence: green (agree) -> yellow -> red (far apart)
 DIVERGENCE_COLOURS = [(40, 200, 70), (240, 215, 40), (230, 40, 40)]
