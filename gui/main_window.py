@@ -264,7 +264,7 @@ class MainWindow(QMainWindow):
     def _show_comparison(self, comparison: Comparison) -> None:
         if self.ab_view is None:
             return
-        self.panels.call(self.ab_view, self.ab_view.set_frames, self.state.frames)
+        self.panels.call(self.ab_view, self.ab_view.set_frames, self.state.frames, self.state.geometry)
         self.panels.call(self.ab_view, self.ab_view.set_runs, comparison.a, comparison.b, comparison.ground_truth)
 
     def _show_message(self, message: Message) -> None:

@@ -92,7 +92,7 @@ class ExportController(QObject):
         snapshot = RunData(run.label, dict(run.config), run.queries.copy(), run.tracks.copy(), run.visible.copy(),
                            None, run.video_path)
         fps, trail = self._video_settings()
-        work = partial(export.export_video, path, s.frames, snapshot, fps, trail)
+        work = partial(export.export_video, path, s.frames, snapshot, fps, trail, s.geometry)
 
         def connect(worker: GeneratorWorker, thread: QThread) -> None:
             worker.returned.connect(self._export_done)
