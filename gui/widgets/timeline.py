@@ -18,7 +18,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPen, QPicture
-from PySide6.QtWidgets import QGridLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from engine.api import TimelineData
 
@@ -29,7 +29,7 @@ HIGHLIGHT = QColor(255, 214, 0, 120)  # translucent: the item's own colour and n
 HIGHLIGHT_EDGE = QColor("#d50000")
 LABEL_MIN_PX = 28  # a range this wide on screen gets its name painted in it
 MAX_LABELLED = 2000  # lanes with more items than this paint no names
-LEGEND_COLUMNS = 8
+LEGEND_COLUMNS = 5
 STAGE_COLOURS = ("#9ccc65", "#4fc3f7", "#ffb74d", "#ba68c8", "#4db6ac", "#f06292", "#a1887f", "#dce775")
 MODULE_COLOURS = ("#b39ddb", "#9fa8da", "#90caf9", "#80deea", "#a5d6a7", "#e6ee9c")
 #: colour by class; a kernel class is looked up by its words (kind, tc/simt, precision)
@@ -59,6 +59,15 @@ def class_colour(cls: str) -> QColor:
     if words[:1] == ["memcpy"] and len(words) > 1:
         return QColor(CLASS_COLOURS.get(words[1], "#8d6e63"))
     return QColor("#78909c")
+
+
+def module_tail(path: str) -> str:
+    """A module range's name in its lane (the lanes above show its parents): 'updater.blocks.2.attn' -> 'attn',
+    'updater.blocks.2' -> 'blocks.2'."""
+    parts = path.split(".")
+    if len(parts) > 1 and parts[-1].isdigit():
+        return ".".join(parts[-2:])
+    return parts[-1]
 
 
 class RectsItem(pg.GraphicsObject):
@@ -157,14 +166,17 @@ class TimelineWidget(QWidget):
         self.info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.info.setWordWrap(False)
         self.info.setMinimumWidth(50)
-        self.legend = QGridLayout()
+        legend = QWidget()  # its labels must not widen the widget: ignored size hint, more rows instead
+        legend.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.legend = QGridLayout(legend)
+        self.legend.setContentsMargins(4, 0, 4, 0)
         self.legend.setHorizontalSpacing(4)
         self.legend.setVerticalSpacing(2)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.plot, 1)
-        layout.addLayout(self.legend)
+        layout.addWidget(legend)
         layout.addWidget(self.info)
 
         self.plot.scene().sigMouseMoved.connect(self._on_moved)
@@ -210,9 +222,9 @@ class TimelineWidget(QWidget):
             elif lane.kind == "module":
                 depth = sum(1 for li in range(ref) if data.lanes[li].kind == "module")
                 c = QColor(MODULE_COLOURS[depth % len(MODULE_COLOURS)])
-                names = [data.names[int(v)] for v in lane.label] if len(lane) <= MAX_LABELLED else None
+                names = [module_tail(data.names[int(v)]) for v in lane.label] if len(lane) <= MAX_LABELLED else None
                 item = RectsItem(lane.start_ms, lane.dur_ms, y0, ROW_FILL, np.zeros(len(lane), np.int64), [c],
-                                 QColor("#555"), names, Qt.TextElideMode.ElideLeft)  # the path's tail matters
+                                 QColor("#555"), names)
             else:
                 item = RectsItem(lane.start_ms, lane.dur_ms, y0, ROW_FILL, lane.cls.astype(np.int64), colours)
             self.plot.addItem(item)
