@@ -220,3 +220,26 @@ def test_a_report_finds_its_trace_beside_it(panel, qtbot, deep_run, tmp_path):
         panel.set_report(report, tmp_path / "R.json")
     assert panel.findings_list.count() >= 1  # diagnosed from the summary here
     assert panel.timeline.data.items == 924
+
+
+def test_a_lane_of_many_kernels_draws_with_a_level_of_detail(qtbot):
+    from engine.capture.timeline import TimelineData
+    from engine.capture.trace import GpuKernel, Range, RuntimeCall, Trace
+    from gui.widgets.timeline import DIRECT_MAX, TimelineWidget
+
+    n = 3 * DIRECT_MAX
+    trace = Trace(runs=[Range("trackscope.run", 1, 0.0, n * 2.0 + 10)],
+                  runtime=[RuntimeCall("cudaLaunchKernel", 1, i * 2.0, 1.0, i, "launch") for i in range(n)],
+                  kernels=[GpuKernel(f"k{i % 5}", 0, 7, i * 2.0 + 1.5, 0.5, i) for i in range(n)])
+    data = TimelineData.from_trace(trace, max_items=n + n // 2)
+    assert data.dropped == n // 2 and len(data.lane("CUDA API (thread 1)")) == n  # the longest (1 us) kept
+    tl = TimelineWidget()
+    tl.resize(1000, 400)
+    qtbot.addWidget(tl)
+    tl.show()
+    tl.set_data(data)
+    assert not tl.grab().isNull()  # whole run: per-pixel columns
+    tl.zoom(200.0)
+    assert not tl.grab().isNull()  # zoomed: the visible rects only
+    kernels = data.lane("stream 7 kernels")
+    assert tl.select("k1") == int((kernels.label == data.names.index("k1")).sum()) > 0

@@ -1,12 +1,13 @@
 """A timeline of one captured run: one row per lane of an engine ``TimelineData``, zoom and pan in x.
 
-Each lane is ONE graphics item that paints all its rectangles from a cached QPicture (recorded once
-per data set, grouped by colour, ``drawRects`` per group), never one item per kernel; the highlight of
-a selection is one more such item. Rectangles get a 1 px cosmetic outline, so a kernel narrower than
-a pixel still shows. Host syncs are red ticks and memcpys coloured ticks (DtoH orange, HtoD blue,
-DtoD brown) in two marker rows at the top. The y range is fixed; the wheel and a drag zoom and pan the
-time axis only. Hover shows the item under the cursor in the line below the plot (plain text: names
-come from a file); a click emits ``itemClicked`` with it.
+Each lane is ONE graphics item that paints all its rectangles (grouped by colour, ``drawRects`` per
+group; a cached QPicture for lanes up to ``DIRECT_MAX`` items, a per-pixel level of detail for bigger
+ones), never one item per kernel; the highlight of a selection is one more such item. Rectangles get
+a 1 px cosmetic outline, so a kernel narrower than a pixel still shows. Host syncs are red ticks and
+memcpys coloured ticks (DtoH orange, HtoD blue, DtoD brown) in two marker rows at the top. The y
+range is fixed; the wheel and a drag zoom and pan the time axis only. Hover shows the item under the
+cursor in the line below the plot (plain text: names come from a file); a click emits
+``itemClicked`` with it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ HIGHLIGHT_EDGE = QColor("#d50000")
 LABEL_MIN_PX = 28  # a range this wide on screen gets its name painted in it
 MAX_LABELLED = 2000  # lanes with more items than this paint no names
 LEGEND_COLUMNS = 5
+DIRECT_MAX = 4000  # lanes up to this many items replay a QPicture; bigger ones draw with a level of detail
 STAGE_COLOURS = ("#9ccc65", "#4fc3f7", "#ffb74d", "#ba68c8", "#4db6ac", "#f06292", "#a1887f", "#dce775")
 MODULE_COLOURS = ("#b39ddb", "#9fa8da", "#90caf9", "#80deea", "#a5d6a7", "#e6ee9c")
 #: colour by class; a kernel class is looked up by its words (kind, tc/simt, precision)
@@ -71,7 +73,13 @@ def module_tail(path: str) -> str:
 
 
 class RectsItem(pg.GraphicsObject):
-    """Many rectangles in one item: recorded once into a QPicture, grouped by colour."""
+    """Many rectangles in one item, grouped by colour and drawn with ``drawRects``.
+
+    Up to ``DIRECT_MAX`` rectangles are recorded once into a QPicture that every repaint replays. A
+    bigger lane is drawn from its arrays at paint time with a level of detail: only the visible
+    rectangles, and of those narrower than 2 px one 1 px column per pixel, row and colour, so a
+    zoomed-out view of 200,000 kernels costs about one rectangle per pixel column.
+    """
 
     def __init__(self, x0: np.ndarray, width: np.ndarray, y0: np.ndarray, height: float,
                  colour_keys: np.ndarray, colours: list[QColor], outline: QColor | None = None,
@@ -81,28 +89,73 @@ class RectsItem(pg.GraphicsObject):
         # names drawn inside rects wide enough on screen (ranges only: a few hundred at most)
         self._labels = labels if labels is not None and len(labels) == self.count <= MAX_LABELLED else None
         self._x0, self._x1, self._y0, self._h = x0, x0 + width, y0, height
+        self._keys = colour_keys
+        self._colours = colours
+        self._outline = outline
         self._elide = elide
-        self._picture = QPicture()
-        painter = QPainter(self._picture)
-        for key in np.unique(colour_keys) if self.count else ():
-            sel = np.flatnonzero(colour_keys == key)
-            colour = colours[int(key)]
-            pen = QPen(outline if outline is not None else colour.darker(125))
-            pen.setCosmetic(True)
-            pen.setWidth(0)
-            painter.setPen(pen)
-            painter.setBrush(colour)
-            painter.drawRects([QRectF(float(x), float(y), float(w), height)
-                               for x, y, w in zip(x0[sel], y0[sel], width[sel])])
-        painter.end()
+        self._picture: QPicture | None = None
+        if self.count <= DIRECT_MAX:
+            self._picture = QPicture()
+            painter = QPainter(self._picture)
+            self._draw(painter, np.arange(self.count))
+            painter.end()
         if self.count:
-            self._bounds = QRectF(float(x0.min()), float(y0.min()), float((x0 + width).max() - x0.min()),
+            self._bounds = QRectF(float(x0.min()), float(y0.min()), float(self._x1.max() - x0.min()),
                                   float(y0.max() - y0.min() + height))
         else:
             self._bounds = QRectF()
 
+    @staticmethod
+    def _pen(colour: QColor) -> QPen:
+        pen = QPen(colour)
+        pen.setCosmetic(True)
+        pen.setWidth(0)
+        return pen
+
+    def _draw(self, painter: QPainter, idx: np.ndarray) -> None:
+        keys = self._keys[idx]
+        for key in np.unique(keys):
+            sel = idx[keys == key]
+            colour = self._colours[int(key)]
+            painter.setPen(self._pen(self._outline if self._outline is not None else colour.darker(125)))
+            painter.setBrush(colour)
+            painter.drawRects([QRectF(float(x), float(y), float(e - x), self._h)
+                               for x, y, e in zip(self._x0[sel], self._y0[sel], self._x1[sel])])
+
+    def _draw_lod(self, painter: QPainter) -> None:
+        view = self.viewRect()
+        px_per_ms = abs(painter.transform().m11())
+        if view is None or not px_per_ms:
+            return
+        vis = np.flatnonzero((self._x1 >= view.left()) & (self._x0 <= view.right()))
+        if vis.size <= DIRECT_MAX:
+            self._draw(painter, vis)
+            return
+        width_px = (self._x1[vis] - self._x0[vis]) * px_per_ms
+        self._draw(painter, vis[width_px >= 2])
+        narrow = vis[width_px < 2]
+        if not narrow.size:
+            return
+        cols = np.floor((self._x0[narrow] - view.left()) * px_per_ms).astype(np.int64)
+        rows = np.round(self._y0[narrow] * 8).astype(np.int64)
+        _, first = np.unique(np.stack([rows, cols, self._keys[narrow].astype(np.int64)], 1), axis=0,
+                             return_index=True)
+        pick, cols = narrow[first], cols[first]
+        step = 1.0 / px_per_ms
+        keys = self._keys[pick]
+        for key in np.unique(keys):
+            sel = keys == key
+            colour = self._colours[int(key)]
+            painter.setPen(self._pen(colour))
+            painter.setBrush(colour)
+            painter.drawRects([QRectF(view.left() + c * step, float(y), step, self._h)
+                               for c, y in zip(cols[sel], self._y0[pick[sel]])])
+
     def paint(self, painter: QPainter, *args: Any) -> None:
-        self._picture.play(painter)
+        if self._picture is not None:
+            self._picture.play(painter)
+        else:
+            self._draw_lod(painter)
         if self._labels is None:
             return
         view = self.viewRect()  # the visible part of the view, in data coordinates
