@@ -29,6 +29,11 @@ from engine.core.units import GIB, MIB, format_bytes, format_ms, ms_value
 
 # -- video, queries and tracks files -----------------------------------------------------------------------------
 from engine.io.geometry import VideoGeometry
+
+# -- deep capture: summary, findings, timeline ----------------------------------------------------
+from engine.capture import CaptureSummary, diagnose_capture
+from engine.capture.attribution import forward_body
+from engine.capture.timeline import Lane, Markers, TimelineData, load_timeline
 from engine.io.video import VIDEO_EXTENSIONS, open_video, write_video
 from engine.io.trackio import grid_queries, load_ground_truth, load_tracks, read_queries_csv, save_tracks
 
@@ -127,6 +132,7 @@ def run_title(config: RunConfig | Mapping[str, Any], tracker: Mapping[str, Any] 
 
 
 __all__ = [
+    "CaptureSummary", "Lane", "Markers", "TimelineData", "diagnose_capture", "forward_body", "load_timeline",
     "BASELINE_PRECISION", "BUILTIN_STAGES", "DEFAULT_TUNABLE", "GIB", "LK_STAGES", "MEMORY_DEVICE_PEAK", "MIB",
     "MEMORY_PROCESS_RSS", "PRECISIONS",
     "SAMPLER_THREAD_NAME", "SAMPLE_VIDEO", "VIDEO_EXTENSIONS",
