@@ -34,6 +34,7 @@ from engine.io.geometry import VideoGeometry
 from engine.capture import CaptureSummary, diagnose_capture
 from engine.capture.attribution import forward_body
 from engine.capture.timeline import Lane, Markers, TimelineData, load_timeline
+from engine.workflows.deep import DeepCapture, deep_capture
 from engine.io.video import VIDEO_EXTENSIONS, open_video, write_video
 from engine.io.trackio import grid_queries, load_ground_truth, load_tracks, read_queries_csv, save_tracks
 
@@ -132,7 +133,8 @@ def run_title(config: RunConfig | Mapping[str, Any], tracker: Mapping[str, Any] 
 
 
 __all__ = [
-    "CaptureSummary", "Lane", "Markers", "TimelineData", "diagnose_capture", "forward_body", "load_timeline",
+    "CaptureSummary", "DeepCapture", "Lane", "Markers", "TimelineData", "deep_capture", "diagnose_capture",
+    "forward_body", "load_timeline",
     "BASELINE_PRECISION", "BUILTIN_STAGES", "DEFAULT_TUNABLE", "GIB", "LK_STAGES", "MEMORY_DEVICE_PEAK", "MIB",
     "MEMORY_PROCESS_RSS", "PRECISIONS",
     "SAMPLER_THREAD_NAME", "SAMPLE_VIDEO", "VIDEO_EXTENSIONS",

@@ -26,11 +26,13 @@ from PySide6.QtWidgets import (
 )
 
 from engine.api import RunConfig, TelemetrySampler, UserError
+from gui.controllers.capture import CaptureController
 from gui.controllers.exports import ExportController
 from gui.controllers.files import FileController
 from gui.controllers.runs import RunActions
 from gui.model import RunData, report_title
 from gui.panels.ab_view import ABView
+from gui.panels.capture_panel import CapturePanel
 from gui.panels.diagnosis import DiagnosisPanel
 from gui.panels.queue import PanelQueue
 from gui.panels.run_panel import DEFAULT_GRID, RunPanel
@@ -78,6 +80,8 @@ class MainWindow(QMainWindow):
                                     current_frame=lambda: self.view.frame)
         self.exports = ExportController(self.state, self, lambda: self.sampler,
                                         lambda: (self.view.fps, self.view.trail))
+        self.capture = CaptureController(self.state, is_running=lambda: self.runs.running,
+                                         config=self.toggles.config)
         self.state.set_config(self.toggles.config(), announce=False)  # what the toggles show (gated modes off)
         self._connect()
         self._build_menus()
@@ -99,6 +103,7 @@ class MainWindow(QMainWindow):
         self.ab_view = self._add_panel(ABView, "A/B")
         self.tradeoff = self._add_panel(TradeoffPanel, "Precision trade-offs")
         self.diagnosis = self._add_panel(DiagnosisPanel, "Diagnosis")
+        self.capture_panel = self._add_panel(CapturePanel, "Capture")
         central = QWidget()
         lay = QVBoxLayout(central)
         lay.setContentsMargins(4, 4, 4, 4)
@@ -164,6 +169,8 @@ class MainWindow(QMainWindow):
         runs.run_finished.connect(self.run_finished)
         self.controller.running_changed.connect(lambda: p.set_running(self.controller.running))
         self.exports.note.connect(self.statusBar().showMessage)
+        self.capture.note.connect(self.statusBar().showMessage)
+        self.capture.captured.connect(self._show_capture)
 
     def _build_menus(self) -> None:
         bar, files, exports = self.menuBar(), self.files, self.exports
@@ -184,6 +191,8 @@ class MainWindow(QMainWindow):
         run = bar.addMenu("&Run")
         self._action(run, "&Run", self.start_run, "Ctrl+R")
         self._action(run, "&Stop", self.stop_run, "Esc")
+        run.addSeparator()
+        self._action(run, "&Deep capture (torch.profiler)", self.capture.start, "Ctrl+Shift+R")
         compare = bar.addMenu("&Compare")
         self._action(compare, "A/B: current run against a report…", files.compare_with_report_dialog)
         self._action(compare, "Trade-offs: add a bench or report file…", self.add_bench_dialog)
@@ -252,8 +261,19 @@ class MainWindow(QMainWindow):
     def _show_replayed(self, replayed: tuple[dict[str, Any], str]) -> None:
         report, source = replayed
         self.charts.show_report(report)
+        if self.capture_panel is not None and isinstance(report.get("capture"), dict):
+            self.panels.call(self.capture_panel, self.capture_panel.set_report, report, Path(source))
         title = report_title(report) if report.get("label") or (report.get("config") or {}).get("tracker") else ""
         self.status_label.setText(f"Report: {title or Path(source).name}")
+
+    def _show_capture(self, deep: Any) -> None:
+        """A deep capture made here: into its panel (shown), and into the current report for export."""
+        if self.capture_panel is None:
+            return
+        self.capture_panel.set_capture(deep.to_dict(), deep.findings, deep.trace_path)
+        self.tabs.setCurrentWidget(self.capture_panel)
+        if self.state.report is not None and deep.error is None:
+            self.state.report["capture"] = deep.to_dict()
 
     def _add_tradeoff_row(self, payload: tuple[dict[str, Any], tuple[np.ndarray, np.ndarray] | None]) -> None:
         if self.tradeoff is None:
@@ -397,6 +417,9 @@ class MainWindow(QMainWindow):
         self._closing = True
         self.controller.shutdown()
         self.exports.shutdown()
+        self.capture.shutdown()
+        if self.capture_panel is not None:
+            self.capture_panel.shutdown()
         self.view.stop_timers()
         self.charts.stop()
         if self.sampler is not None:

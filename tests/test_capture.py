@@ -300,3 +300,23 @@ def test_item_per_point_counts_a_sync_per_point_on_cuda():
     assert sum(c.syncs for c in scorer) >= len(queries)
     assert "planted_capture.py" in summary.sync_sites[0].call_site
     assert diagnose_capture(summary)[0]["rule"] in ("host_sync", "gpu_idle_gaps")
+
+
+def test_a_malformed_profiler_trace_is_captured_again(monkeypatch):
+    """The profiler once wrote a trace that was not valid JSON (a busy Qt thread beside it): one retry."""
+    import json as _json
+
+    import engine.capture.profile as profile_module
+
+    real_export, calls = profile_module._export, []
+
+    def flaky(prof):
+        calls.append(1)
+        if len(calls) == 1:
+            raise _json.JSONDecodeError("Expecting ',' delimiter", "{", 0)
+        return real_export(prof)
+
+    monkeypatch.setattr(profile_module, "_export", flaky)
+    module = torch.nn.Linear(4, 4)
+    result = profile_module.capture_run(lambda: module(torch.ones(2, 4)), device="cpu", roots={"": module})
+    assert result.error is None and len(calls) == 2
