@@ -119,9 +119,22 @@ def make_all(out: Path) -> dict[str, Path]:
     nan_tracks = tracks.copy()
     nan_tracks[0, 3, 1] = np.nan
     np.savez(out / "nan.gt.npz", tracks=nan_tracks, visible=visible, query_t=query_t)
-    for name in ("missing.gt.npz", "shapes.gt.npz", "member.gt.npz", "nan.gt.npz"):
-        made[name] = out / name
+    clip = out / "clip.mp4"
+    write_video(clip, good_frames(), fps=24.0)
+    for case in ("missing", "shapes", "member", "nan"):
+        made[f"{case}.gt.npz"] = out / f"{case}.gt.npz"
+        made[f"set_{case}"] = _eval_set(out / f"set_{case}", clip, out / f"{case}.gt.npz", made["good.csv"])
+    clip.unlink()
     return made
+
+
+def _eval_set(folder: Path, clip: Path, gt: Path, queries: Path) -> Path:
+    """An evaluation-set folder (NAME.mp4, NAME.queries.csv, NAME.gt.npz) around one bad ground truth."""
+    folder.mkdir(exist_ok=True)
+    (folder / "clip.mp4").write_bytes(clip.read_bytes())
+    (folder / "clip.queries.csv").write_bytes(queries.read_bytes())
+    (folder / "clip.gt.npz").write_bytes(gt.read_bytes())
+    return folder
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     made = make_all(Path(argv[0]))
     for name, path in sorted(made.items()):
-        print(f"{path.stat().st_size:>8}  {name}")
+        size = sum(f.stat().st_size for f in path.iterdir()) if path.is_dir() else path.stat().st_size
+        print(f"{size:>8}  {name}")
     return 0
 
 
