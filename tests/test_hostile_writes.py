@@ -123,3 +123,32 @@ def test_sigterm_handler_is_restored(tmp_path):
         f.write("x")
     assert signal.getsignal(signal.SIGTERM) is before
     assert os.listdir(tmp_path) == ["x.txt"]
+
+
+@pytest.mark.parametrize("ext", [".mp4", ".avi"])
+def test_video_write_under_a_file_size_limit_keeps_the_previous_file(tmp_path, ext):
+    """A video cut short by the disk is a VideoError (not 'saved'), the previous file stays, no temp file."""
+    path = tmp_path / f"clip{ext}"
+    script = f"""
+        import resource, sys
+        import numpy as np
+        from engine.core.errors import VideoError
+        from engine.io.video import write_video
+        rng = np.random.default_rng(0)
+        write_video("{path}", rng.integers(0, 255, (4, 48, 64, 3), dtype=np.uint8))
+        resource.setrlimit(resource.RLIMIT_FSIZE, ({FSIZE_LIMIT_BYTES}, {FSIZE_LIMIT_BYTES}))
+        try:
+            write_video("{path}", rng.integers(0, 255, (60, 240, 320, 3), dtype=np.uint8))
+        except VideoError as exc:
+            print(exc)
+            sys.exit(2)
+    """
+    child = _child(script)
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 2, (out, err)
+    assert out.startswith(f"{path}: the written video "), out
+    from engine.io.video import open_video
+
+    with open_video(path) as reader:
+        assert reader.info.num_frames == 4
+    assert _temp_files(tmp_path) == []

@@ -35,6 +35,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from engine.core.atomic import atomic_path
 from engine.core.errors import VideoError
 from engine.io.geometry import VideoGeometry
 
@@ -576,7 +577,11 @@ def _check_frames(frames: np.ndarray, path: Path) -> np.ndarray:
 
 
 def write_video(path: str | Path, frames: np.ndarray, fps: float = DEFAULT_FPS) -> None:
-    """Write uint8 [T, H, W, 3] RGB frames: .mp4/.mov/.m4v as mp4v, .avi/.mkv as MJPG, .webm as VP8."""
+    """Write uint8 [T, H, W, 3] RGB frames: .mp4/.mov/.m4v as mp4v, .avi/.mkv as MJPG, .webm as VP8.
+
+    Atomic (temp file beside it, renamed into place) and read back before the rename: a write that the
+    disk cut short is a VideoError and leaves any previous file intact.
+    """
     path = Path(path)
     fourcc = WRITER_FOURCC.get(path.suffix.lower())
     if fourcc is None:
@@ -592,9 +597,17 @@ def write_video(path: str | Path, frames: np.ndarray, fps: float = DEFAULT_FPS) 
         )
     if not path.parent.is_dir():
         raise VideoError(f"{path}: folder {path.parent} does not exist")
-    writer = cv2.VideoWriter(
-        str(path), _capture_backend(), cv2.VideoWriter_fourcc(*fourcc), float(fps), (width, height)
-    )
+    try:
+        with atomic_path(path) as tmp:  # a full disk or a signal leaves any previous file as it was
+            _write_frames(tmp, path, frames, fourcc, float(fps))
+    except OSError as exc:
+        raise VideoError(f"{path}: cannot write the video: {exc.strerror or exc}") from exc
+
+
+def _write_frames(tmp: Path, path: Path, frames: np.ndarray, fourcc: str, fps: float) -> None:
+    """Encode frames into tmp and check that what was written opens with every frame (else VideoError)."""
+    height, width = frames.shape[1:3]
+    writer = cv2.VideoWriter(str(tmp), _capture_backend(), cv2.VideoWriter_fourcc(*fourcc), fps, (width, height))
     if not writer.isOpened():
         writer.release()
         raise VideoError(f"{path}: cannot open a {fourcc} video writer")
@@ -603,8 +616,18 @@ def write_video(path: str | Path, frames: np.ndarray, fps: float = DEFAULT_FPS) 
             writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
     finally:
         writer.release()
-    if not path.is_file() or path.stat().st_size == 0:
-        raise VideoError(f"{path}: the video writer produced no file")
+    if not tmp.is_file() or tmp.stat().st_size == 0:
+        raise VideoError(f"{path}: the video writer produced no file (is the disk full?)")
+    check = _open_capture(str(tmp))  # OpenCV's writer reports no I/O errors: read the result back
+    try:
+        written = check.get(cv2.CAP_PROP_FRAME_COUNT) if check.isOpened() else 0
+    finally:
+        check.release()
+    if not (math.isfinite(written) and written > 0):
+        raise VideoError(f"{path}: the written video cannot be read back (is the disk full?); nothing was saved")
+    if written != len(frames):
+        raise VideoError(f"{path}: the written video holds {written:.0f} of {len(frames)} frames "
+                         "(is the disk full?); nothing was saved")
 
 
 def write_images(folder: str | Path, frames: np.ndarray, ext: str = ".png") -> list[Path]:
