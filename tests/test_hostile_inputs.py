@@ -191,3 +191,29 @@ def test_tracks_with_nan_in_a_written_file_round_trip(tmp_path):
     assert np.isnan(load_tracks(tmp_path / "t.npz")["tracks"]).all()
     with pytest.raises(UserError, match="cannot write the tracks file"):
         save_tracks("/proc/t.npz", tracks, np.zeros((2, 3), bool), np.zeros((2, 3), np.float32))
+
+
+@pytest.mark.parametrize("target, first", [
+    ("/proc/trackscope-set", "OUTDIR /proc/trackscope-set: folder /proc cannot be written"),
+    ("/dev/null/set", "OUTDIR /dev/null/set: /dev/null exists and is not a folder"),
+])
+def test_sample_refuses_an_unwritable_folder_before_any_work(capsys, target, first):
+    code, line = _run(capsys, ["sample", target, "--count", "1", "--frames", "2", "--size", "16"])
+    assert code == 2 and line.startswith(f"trackscope sample: error: {first}"), line  # then the OS's reason
+
+
+def test_video_read_out_of_host_memory_is_a_video_error(corpus, monkeypatch):
+    from engine.core.errors import VideoError
+    from engine.io import video
+
+    real = np.empty
+
+    def refuse(shape, dtype=float):
+        if len(shape) == 4:
+            raise MemoryError
+        return real(shape, dtype)
+
+    with video.open_video(corpus / "good.avi") as reader:
+        monkeypatch.setattr(video.np, "empty", refuse)
+        with pytest.raises(VideoError, match=r"not enough host memory for 46 frames of 64x48"):
+            reader.read()

@@ -65,13 +65,34 @@ def check_output_path(path: Path, flag: str, suffixes: Sequence[str] = ()) -> Pa
         raise UserError(f"{where}: folder {folder} does not exist")
     if not folder.is_dir():
         raise UserError(f"{where}: {folder} is not a folder")
+    _probe(folder, where)
+    return path
+
+
+def check_output_folder(folder: Path, flag: str) -> Path:
+    """UserError (exit 2) unless ``folder`` is, or can be created as, a folder that can be written.
+
+    A folder that does not exist yet is checked at its nearest existing ancestor (it is made with parents).
+    """
+    folder = Path(folder).expanduser()
+    where = f"{flag} {folder}"
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"{where}: {existing} exists and is not a folder")
+    _probe(existing, where)
+    return folder
+
+
+def _probe(folder: Path, where: str) -> None:
+    """UserError unless a file can be created (and is removed again) in ``folder``."""
     try:
         fd, probe = tempfile.mkstemp(prefix=".trackscope-probe.", dir=folder)
     except OSError as exc:
         raise UserError(f"{where}: folder {folder} cannot be written ({exc.strerror or exc})") from None
     os.close(fd)
     os.unlink(probe)
-    return path
 
 
 def check_distinct_outputs(*named: tuple[str, Path | None]) -> None:

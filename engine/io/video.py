@@ -312,18 +312,27 @@ class VideoReader:
         if stop is not None and expected > limit:  # an explicit range: refuse before decoding
             self._over_limit(expected, limit, frame_bytes, max_frames, max_bytes, start)
         capacity = max(1, min(expected, limit, PREALLOCATE_MAX_BYTES // frame_bytes))
-        out = np.empty((capacity, out_h, out_w, 3), dtype=np.uint8)
+        out = self._allocate(capacity, out_w, out_h)
         count = 0
         for frame in self.iter_frames(start, stop, size):
             if count == limit:
                 self._over_limit(count + 1, limit, frame_bytes, max_frames, max_bytes, start)
             if count == len(out):  # the container said fewer: grow (x2, within the limit)
-                grown = np.empty((min(2 * len(out), limit), out_h, out_w, 3), dtype=np.uint8)
+                grown = self._allocate(min(2 * len(out), limit), out_w, out_h)
                 grown[:count] = out
                 out = grown
             out[count] = frame
             count += 1
         return out[:count]
+
+    def _allocate(self, num_frames: int, width: int, height: int) -> np.ndarray:
+        """uint8 [num_frames, height, width, 3], or a VideoError when the host cannot hold it."""
+        try:
+            return np.empty((num_frames, height, width, 3), dtype=np.uint8)
+        except MemoryError:
+            raise VideoError(f"{self.info.path}: not enough host memory for {num_frames} frames of "
+                             f"{width}x{height} ({num_frames * width * height * 3 / 2**30:.2f} GiB)",
+                             RANGE_HINT) from None
 
     def _over_limit(self, at_least: int, limit: int, frame_bytes: int, max_frames: int, max_bytes: int,
                     start: int) -> None:
