@@ -8,23 +8,14 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from engine.core.errors import UserError
+from engine.api import UserError, sample_video_path
 
-SAMPLE_NAME = "sample.mp4"
 #: Qt platforms that draw without a display server (QT_QPA_PLATFORM=offscreen for screenshots and tests)
 HEADLESS_PLATFORMS = ("offscreen", "minimal", "minimalegl", "vnc", "linuxfb", "eglfs", "vkkhrdisplay")
 X11_SOCKET_DIR = "/tmp/.X11-unix"
 UNIX_SOCKETS = Path("/proc/net/unix")  # lists path and abstract sockets: where an X server listens
 NO_DISPLAY_HINT = ("open it in a desktop session or under xvfb-run (xvfb-run trackscope), "
                    "or headless with QT_QPA_PLATFORM=offscreen and --screenshot")
-
-
-def sample_video_path() -> Path | None:
-    """The bundled sample video, or None when it is not installed."""
-    from engine.core.paths import resources_dir
-
-    path = resources_dir() / SAMPLE_NAME
-    return path if path.is_file() else None
 
 
 def _x_server_listening(display: str) -> bool | None:
@@ -66,7 +57,7 @@ def display_problem(env: Mapping[str, str] | None = None, platform: str = sys.pl
 
 def _config_from_args(args: argparse.Namespace):
     """The stored toggles with any given on the command line applied (UserError when invalid)."""
-    from engine.core.config import RunConfig
+    from engine.api import RunConfig
     from gui.settings import Settings
 
     changes = {k: getattr(args, k) for k in ("tracker", "device", "precision", "points_per_batch",

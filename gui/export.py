@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
 import cv2
 import numpy as np
-from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QWidget
 
-from engine.core.errors import UserError
-from engine.io.trackio import save_tracks
-from engine.io.video import write_video
-from engine.report.recorder import save_report
+from engine.api import UserError, VideoGeometry, save_report, save_tracks, write_video
 from gui.model import RunData
-from gui.video_view import DEFAULT_TRAIL, PALETTE
+from gui.widgets.video_view import DEFAULT_TRAIL, PALETTE
 
 POINT_RADIUS = 3
 TRAIL_THICKNESS = 1
@@ -34,10 +29,16 @@ def export_report(path: str | Path, report: dict[str, Any]) -> Path:
     return Path(save_report(path, report))
 
 
-def draw_overlay(frames: np.ndarray, run: RunData, trail: int = DEFAULT_TRAIL) -> np.ndarray:
-    """Frames with points, trails and query markers drawn on them. uint8 [T, H, W, 3] RGB."""
+def draw_overlay(frames: np.ndarray, run: RunData, trail: int = DEFAULT_TRAIL,
+                 geometry: VideoGeometry | None = None) -> np.ndarray:
+    """Frames with points, trails and query markers drawn on them. uint8 [T, H, W, 3] RGB.
+
+    The run's tracks and queries are in source pixels; ``geometry`` maps them onto the frames drawn on.
+    """
     out = np.ascontiguousarray(frames.copy())
-    tracks, visible = run.tracks, run.visible  # [N, T, 2], [N, T]
+    geometry = geometry or VideoGeometry.unscaled(out.shape[2], out.shape[1])
+    tracks, visible = geometry.to_frame(run.tracks), run.visible  # [N, T, 2] frame pixels, [N, T]
+    queries = geometry.queries_to_frame(run.queries)
     num_frames = min(len(out), tracks.shape[1])
     colours = [PALETTE[i % len(PALETTE)] for i in range(len(tracks))]
     for t in range(num_frames):
@@ -56,16 +57,17 @@ def draw_overlay(frames: np.ndarray, run: RunData, trail: int = DEFAULT_TRAIL) -
                     cv2.circle(img, c, POINT_RADIUS, colours[i], -1, cv2.LINE_AA)
                 else:
                     cv2.circle(img, c, POINT_RADIUS, colours[i], 1, cv2.LINE_AA)
-        for q in run.queries[np.round(run.queries[:, 0]) == t]:
+        for q in queries[np.round(queries[:, 0]) == t]:
             cv2.drawMarker(img, (int(round(q[1])), int(round(q[2]))), (255, 255, 255), cv2.MARKER_CROSS,
                            QUERY_SIZE * 2, 1)
     return out
 
 
-def export_video(path: str | Path, frames: np.ndarray, run: RunData, fps: float, trail: int = DEFAULT_TRAIL) -> Path:
+def export_video(path: str | Path, frames: np.ndarray, run: RunData, fps: float, trail: int = DEFAULT_TRAIL,
+                 geometry: VideoGeometry | None = None) -> Path:
     """The video with tracks drawn on it, written by engine.video.write_video (even sizes padded)."""
     path = Path(path)
-    out = draw_overlay(frames, run, trail)
+    out = draw_overlay(frames, run, trail, geometry)
     h, w = out.shape[1:3]
     if h % 2 or w % 2:  # mp4v needs even sizes: pad one black row/column
         out = np.pad(out, ((0, 0), (0, h % 2), (0, w % 2), (0, 0)))
@@ -79,25 +81,3 @@ def export_png(path: str | Path, widget: QWidget) -> Path:
     if not widget.grab().save(str(path), "PNG"):
         raise UserError(f"{path}: could not write the PNG", "check the folder exists and is writable")
     return path
-
-
-class BackgroundExport(QObject):
-    """Runs an export function in a plain thread (no Qt inside it); ``done`` carries the saved path or
-    the exception, delivered on the GUI thread. Drawing a long overlaid video takes seconds."""
-
-    done = Signal(object)
-
-    def __init__(self, fn, *args: Any):
-        super().__init__()
-        self._fn, self._args = fn, args
-        self.thread = threading.Thread(target=self._run, name="trackscope-export", daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            result: Any = self._fn(*self._args)
-        except Exception as exc:  # reported on the GUI thread, never raised into the thread's void
-            result = exc
-        self.done.emit(result)

@@ -1,11 +1,14 @@
-"""The main window: video with live tracks, run controls and toggles, live charts, and the panels.
+"""The main window: composition of the state, the controllers, the widgets, menus and docks.
 
-Everything the worker computes arrives as signals on the GUI thread and is written into the current
-``RunData`` batch by batch, so a run that is stopped or fails keeps what it computed.
+The window owns no app state of its own: ``AppState`` holds it and says when it changes; the
+controllers (``gui.controllers``: files, runs, exports) change it; the widgets and panels are wired
+here to its signals. Panels not on screen get their updates when their tab is next shown.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,37 +17,46 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
-    QFileDialog,
     QLabel,
     QMainWindow,
+    QMenu,
     QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
-from engine.core.config import RunConfig
-from engine.core.errors import UserError
-from engine.io.trackio import grid_queries
-from engine.run.session import BatchDone, Failed, Finished, Started
-from gui.ab_view import ABView
-from gui.banner import MessageBanner
-from gui.charts import ChartsPanel
-from gui.diagnosis_panel import DiagnosisPanel
-from gui.file_actions import FileActions
-from gui.model import RunData
-from gui.run_panel import DEFAULT_GRID, RunPanel
+from engine.api import RunConfig, TelemetrySampler, UserError
+from gui.controllers.capture import CaptureController
+from gui.controllers.exports import ExportController
+from gui.controllers.files import FileController
+from gui.controllers.runs import RunActions
+from gui.model import RunData, report_title
+from gui.panels.ab_view import ABView
+from gui.panels.capture_panel import CapturePanel
+from gui.panels.diagnosis import DiagnosisPanel
+from gui.panels.queue import PanelQueue
+from gui.panels.run_panel import DEFAULT_GRID, RunPanel
+from gui.panels.tradeoff import TradeoffPanel
 from gui.settings import Settings
-from gui.tradeoff_panel import TradeoffPanel
-from gui.video_view import VideoView
-from gui.worker import RunController
+from gui.state import AppState, Comparison, Message
+from gui.widgets.banner import MessageBanner
+from gui.widgets.charts import ChartsPanel
+from gui.widgets.video_view import VideoView
 
-GT_QUERY_TOLERANCE_PX = 0.5  # ground truth fits the queries when it passes through them
-MAX_HISTORY = 50  # finished runs kept for A/B and trade-offs
-#: panel methods whose latest call replaces an earlier queued one (add_report, by contrast, accumulates)
-LAST_CALL_WINS = frozenset({"set_frames", "set_runs", "set_report"})
+MESSAGE_MS = 10_000  # how long a problem stays in the status bar
+DEFAULT_SIZE = (1500, 900)
+DOCK_WIDTHS = (230, 520)  # run dock, charts dock, px
+FPS_DECIMALS = 2
 
 
-class MainWindow(FileActions, QMainWindow):
+def format_fps(fps: float | None) -> str:
+    """A frame rate for people: '29.97', '23.98', '25'; '?' when unknown."""
+    if not fps:
+        return "?"
+    return f"{fps:.{FPS_DECIMALS}f}".rstrip("0").rstrip(".")
+
+
+class MainWindow(QMainWindow):
     """trackscope's window: open a video or report, place queries, run, watch, compare, export."""
 
     run_finished = Signal(object)  # RunData of a finished run (tests, bench)
@@ -55,36 +67,23 @@ class MainWindow(FileActions, QMainWindow):
         self.setWindowTitle("trackscope")
         self.setAcceptDrops(True)
         self.settings = settings or Settings()
-        self.frames: np.ndarray | None = None  # uint8 [T, H, W, 3]
-        self.video_path: str | None = None
-        self.video_info: dict[str, Any] = {}
-        self.queries = np.zeros((0, 3), np.float32)  # [N, 3]
-        self.current: RunData | None = None
-        self.history: list[RunData] = []
-        self.report: dict[str, Any] | None = None
-        self.ground_truth: dict[str, np.ndarray] | None = None  # sidecar <video>.gt.npz, when it exists
-        self._pending_report: dict[str, Any] | None = None  # built by the worker, arrives before Finished
-        self._pending_recorder: Any = None  # engine.report.RunRecorder of that run (full report on export)
-        self.recorder: Any = None  # the recorder of self.report, when it came from a run here
-        self.batches_seen = 0
-        self.num_batches = 0
-        self._run_config: RunConfig | None = None
-        self._origin: float | None = None
+        self.state = AppState(config or self.settings.config(), self)
         self._closing = False
-        self._previous: RunData | None = None
-        self._run_start: float | None = None  # chart time of the current run's start
-
-        self.controller = RunController(self)
-        self.controller.started_run.connect(self._on_started)
-        self.controller.batch_done.connect(self._on_batch)
-        self.controller.finished_run.connect(self._on_finished)
-        self.controller.failed.connect(self._on_failed)
-        self.controller.report_ready.connect(self._on_report)
-        self.controller.running_changed.connect(self._on_running_changed)
-
+        self.sampler: Any = None
         self._build_central()
-        self._build_run_dock(config or self.settings.config())
+        self._build_run_dock(self.state.config)
         self._build_charts_dock()
+        self.runs = RunActions(self.state, self.charts, lambda: self.sampler, self)
+        self.controller = self.runs.controller
+        self.files = FileController(self.state, self.settings, self, is_running=lambda: self.runs.running,
+                                    shutdown_run=self.controller.shutdown, grid_size=self.grid_spin.value,
+                                    current_frame=lambda: self.view.frame)
+        self.exports = ExportController(self.state, self, lambda: self.sampler,
+                                        lambda: (self.view.fps, self.view.trail))
+        self.capture = CaptureController(self.state, is_running=lambda: self.runs.running,
+                                         config=self.toggles.config)
+        self.state.set_config(self.toggles.config(), announce=False)  # what the toggles show (gated modes off)
+        self._connect()
         self._build_menus()
         self._restore_layout()
         self.sampler = self._make_sampler() if sampler == "auto" else sampler
@@ -97,15 +96,14 @@ class MainWindow(FileActions, QMainWindow):
     def _build_central(self) -> None:
         self.banner = MessageBanner()
         self.view = VideoView()
-        self.view.query_added.connect(self._add_query)
         self.tabs = QTabWidget()
-        self._deferred: dict[QWidget, list[tuple[str, tuple]]] = {}
-        self._exports: list = []  # background video exports in flight (kept alive until done)
+        self.panels = PanelQueue(self.tabs, lambda text: self.show_message(text, level="warning"))
         self.tabs.currentChanged.connect(lambda _: self.flush_panels(self.tabs.currentWidget()))
         self.tabs.addTab(self.view, "Video")
         self.ab_view = self._add_panel(ABView, "A/B")
         self.tradeoff = self._add_panel(TradeoffPanel, "Precision trade-offs")
         self.diagnosis = self._add_panel(DiagnosisPanel, "Diagnosis")
+        self.capture_panel = self._add_panel(CapturePanel, "Capture")
         central = QWidget()
         lay = QVBoxLayout(central)
         lay.setContentsMargins(4, 4, 4, 4)
@@ -115,7 +113,7 @@ class MainWindow(FileActions, QMainWindow):
         self.status_label = QLabel("No video")
         self.statusBar().addPermanentWidget(self.status_label)  # temporary messages use the left side
 
-    def _add_panel(self, panel_cls: type, title: str) -> QWidget | None:
+    def _add_panel(self, panel_cls: type, title: str) -> Any:
         try:
             panel = panel_cls()
         except Exception as exc:  # a broken panel must not take the window down
@@ -129,14 +127,6 @@ class MainWindow(FileActions, QMainWindow):
         p = self.run_panel
         self.toggles, self.run_button, self.stop_button = p.toggles, p.run_button, p.stop_button
         self.loop_box, self.grid_spin, self.run_label = p.loop_box, p.grid_spin, p.run_label
-        self.toggles.config_changed.connect(self._on_config_changed)
-        p.run_requested.connect(self.start_run)
-        p.stop_requested.connect(self.stop_run)
-        p.loop_box.toggled.connect(self.controller.set_loop)
-        p.grid_requested.connect(self.set_grid)
-        p.load_queries_requested.connect(self.load_queries_dialog)
-        p.clear_queries_requested.connect(lambda: self.set_queries(np.zeros((0, 3), np.float32)))
-        p.click_box.toggled.connect(lambda v: setattr(self.view, "click_adds_queries", v))
         self.run_dock = QDockWidget("Run", self)
         self.run_dock.setObjectName("run_dock")
         self.run_dock.setWidget(p)
@@ -148,29 +138,63 @@ class MainWindow(FileActions, QMainWindow):
         self.charts_dock.setObjectName("charts_dock")
         self.charts_dock.setWidget(self.charts)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.charts_dock)
-        self.resizeDocks([self.run_dock, self.charts_dock], [230, 520], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.run_dock, self.charts_dock], list(DOCK_WIDTHS), Qt.Orientation.Horizontal)
+
+    def _connect(self) -> None:
+        """Wire the state to the widgets that show it, and the controls to the controllers."""
+        s, p, files, runs = self.state, self.run_panel, self.files, self.runs
+        s.video_changed.connect(self._show_video)
+        s.queries_changed.connect(self._show_queries)
+        s.current_changed.connect(self._show_tracks)
+        s.tracks_updated.connect(self._show_tracks)
+        s.report_changed.connect(lambda: self.panels.call(self.diagnosis, self.diagnosis.set_report, s.report)
+                                 if self.diagnosis is not None else None)
+        s.report_replayed.connect(self._show_replayed)
+        s.run_reported.connect(self._add_tradeoff_row)
+        s.comparison_changed.connect(self._show_comparison)
+        s.config_changed.connect(self.toggles.set_config)
+        s.message_posted.connect(self._show_message)
+        self.view.query_added.connect(files.add_query)
+        self.toggles.config_changed.connect(self._on_config_changed)
+        p.run_requested.connect(self.start_run)
+        p.stop_requested.connect(self.stop_run)
+        p.loop_box.toggled.connect(self.controller.set_loop)
+        p.grid_requested.connect(files.set_grid)
+        p.load_queries_requested.connect(files.load_queries_dialog)
+        p.clear_queries_requested.connect(files.clear_queries)
+        p.click_box.toggled.connect(self.view.set_click_adds_queries)
+        runs.starting.connect(self.banner.hide)
+        runs.status.connect(self.run_label.setText)
+        runs.note.connect(lambda text: self.statusBar().showMessage(text, 5000))
+        runs.run_finished.connect(self.run_finished)
+        self.controller.running_changed.connect(lambda: p.set_running(self.controller.running))
+        self.exports.note.connect(self.statusBar().showMessage)
+        self.capture.note.connect(self.statusBar().showMessage)
+        self.capture.captured.connect(self._show_capture)
 
     def _build_menus(self) -> None:
-        bar = self.menuBar()
+        bar, files, exports = self.menuBar(), self.files, self.exports
         file = bar.addMenu("&File")
-        self._action(file, "&Open video or report…", self.open_dialog, QKeySequence.StandardKey.Open)
+        self._action(file, "&Open video or report…", files.open_dialog, QKeySequence.StandardKey.Open)
         self.recent_menu = file.addMenu("Open &recent")
         self.recent_menu.aboutToShow.connect(self._fill_recent)
         self._fill_recent()
-        self._action(file, "Load &queries CSV…", self.load_queries_dialog)
+        self._action(file, "Load &queries CSV…", files.load_queries_dialog)
         exp = file.addMenu("&Export")
-        self._action(exp, "Tracks (NPZ or CSV)…", self.export_tracks_dialog)
-        self._action(exp, "Run report (JSON)…", self.export_report_dialog)
-        self._action(exp, "Overlaid video (MP4)…", self.export_video_dialog)
-        self._action(exp, "Window as PNG…", lambda: self.export_png_dialog(self))
-        self._action(exp, "Charts as PNG…", lambda: self.export_png_dialog(self.charts))
+        self._action(exp, "Tracks (NPZ or CSV)…", exports.export_tracks_dialog)
+        self._action(exp, "Run report (JSON)…", exports.export_report_dialog)
+        self._action(exp, "Overlaid video (MP4)…", exports.export_video_dialog)
+        self._action(exp, "Window as PNG…", lambda: exports.export_png_dialog(self))
+        self._action(exp, "Charts as PNG…", lambda: exports.export_png_dialog(self.charts))
         file.addSeparator()
         self._action(file, "&Quit", self.close, QKeySequence.StandardKey.Quit)
         run = bar.addMenu("&Run")
         self._action(run, "&Run", self.start_run, "Ctrl+R")
         self._action(run, "&Stop", self.stop_run, "Esc")
+        run.addSeparator()
+        self._action(run, "&Deep capture (torch.profiler)", self.capture.start, "Ctrl+Shift+R")
         compare = bar.addMenu("&Compare")
-        self._action(compare, "A/B: current run against a report…", self.compare_with_report_dialog)
+        self._action(compare, "A/B: current run against a report…", files.compare_with_report_dialog)
         self._action(compare, "Trade-offs: add a bench or report file…", self.add_bench_dialog)
         view = bar.addMenu("&View")
         self._action(view, "Play / pause", lambda: self.view.set_playing(not self.view.playing), "Space")
@@ -181,7 +205,7 @@ class MainWindow(FileActions, QMainWindow):
         view.addAction(self.run_dock.toggleViewAction())
         view.addAction(self.charts_dock.toggleViewAction())
 
-    def _action(self, menu, text: str, slot, shortcut=None) -> QAction:
+    def _action(self, menu: QMenu, text: str, slot: Callable[..., Any], shortcut: Any = None) -> QAction:
         action = QAction(text, self)
         if shortcut is not None:
             action.setShortcut(QKeySequence(shortcut))
@@ -189,10 +213,16 @@ class MainWindow(FileActions, QMainWindow):
         menu.addAction(action)
         return action
 
+    def _fill_recent(self) -> None:
+        self.recent_menu.clear()
+        files = self.settings.recent_files()
+        for f in files:
+            action = self.recent_menu.addAction(f)
+            action.triggered.connect(lambda _=False, f=f: self.files.open_recent(f))
+        self.recent_menu.setEnabled(bool(files))
+
     def _make_sampler(self) -> Any:
         try:
-            from engine.telemetry.sampler import TelemetrySampler
-
             sampler = TelemetrySampler()
             sampler.start()
             return sampler
@@ -205,246 +235,191 @@ class MainWindow(FileActions, QMainWindow):
         if geometry is not None:
             self.restoreGeometry(geometry)
         else:
-            self.resize(1500, 900)
+            self.resize(*DEFAULT_SIZE)
         if state is not None:
             self.restoreState(state)
 
-    # -- messages ---------------------------------------------------------------------------------------------
-    def show_message(self, message: str, suggestion: str | None = None, level: str = "error") -> None:
-        """Show a problem in the window (never a modal dialog) and in the status bar."""
-        self.banner.show_message(message, suggestion, level)
-        self.statusBar().showMessage(message, 10_000)
-        self.message_shown.emit(message)
+    # -- showing the state ----------------------------------------------------------------------------------
+    def _show_video(self) -> None:
+        s = self.state
+        assert s.frames is not None
+        fps = s.video_info.get("fps")
+        self.view.set_video(s.frames, fps, s.geometry)
+        t, h, w = s.frames.shape[:3]
+        name = Path(s.video_path).name if s.video_path else "video"
+        self.setWindowTitle(f"trackscope — {name}")
+        self.status_label.setText(f"{name}: {t} frames, {w}x{h}, {format_fps(fps)} fps")
 
-    # -- queries ----------------------------------------------------------------------------------------------------
-    def set_queries(self, queries: np.ndarray) -> None:
-        if self.controller.running:
-            self.show_message("queries cannot change during a run", "stop the run first", level="warning")
+    def _show_queries(self) -> None:
+        self.view.set_queries(self.state.queries)
+        self.run_panel.set_query_count(len(self.state.queries))
+
+    def _show_tracks(self) -> None:
+        run = self.state.current
+        self.view.set_tracks(None if run is None else run.tracks, None if run is None else run.visible)
+
+    def _show_replayed(self, replayed: tuple[dict[str, Any], str]) -> None:
+        report, source = replayed
+        self.charts.show_report(report)
+        if self.capture_panel is not None and isinstance(report.get("capture"), dict):
+            self.panels.call(self.capture_panel, self.capture_panel.set_report, report, Path(source))
+        title = report_title(report) if report.get("label") or (report.get("config") or {}).get("tracker") else ""
+        self.status_label.setText(f"Report: {title or Path(source).name}")
+
+    def _show_capture(self, deep: Any) -> None:
+        """A deep capture made here: into its panel (shown), and into the current report for export."""
+        if self.capture_panel is None:
             return
-        self.queries = np.asarray(queries, np.float32).reshape(-1, 3)
-        if self.current is not None and not np.array_equal(self.current.queries, self.queries):
-            self.current = None
-            self.view.set_tracks(None, None)
-        self.view.set_queries(self.queries)
-        self.run_panel.set_query_count(len(self.queries))
+        self.capture_panel.set_capture(deep.to_dict(), deep.findings, deep.trace_path)
+        self.tabs.setCurrentWidget(self.capture_panel)
+        if self.state.report is not None and deep.error is None:
+            self.state.report["capture"] = deep.to_dict()
 
-    def set_grid(self, k: int) -> None:
-        if self.frames is None:
+    def _add_tradeoff_row(self, payload: tuple[dict[str, Any], tuple[np.ndarray, np.ndarray] | None]) -> None:
+        if self.tradeoff is None:
             return
-        self.settings.set_value("grid", k)
-        w, h = self.view.geometry.source_size  # queries are source pixels
-        self.set_queries(grid_queries(k, w, h, t=self.view.frame))
+        report, arrays = payload
+        self.panels.call(self.tradeoff, self.tradeoff.add_report, report, *(arrays or ()), replace=False)
 
-    def _add_query(self, t: float, x: float, y: float) -> None:
-        self.set_queries(np.vstack([self.queries, np.array([[t, x, y]], np.float32)]))
-
-    def load_queries_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Load queries", "", "Queries CSV (*.csv)")
-        if path:
-            self.load_path(path)
-
-    # -- running ------------------------------------------------------------------------------------------------------
-    def start_run(self) -> bool:
-        """Start tracking the queries with the current toggles; False (and a message) when it cannot."""
-        if self.controller.running:
-            return False
-        if self.frames is None:
-            self.show_message("no video is open", "open a video (File > Open) or drop one on the window")
-            return False
-        if len(self.queries) == 0:
-            self.show_message("no query points", "click on the video, make a grid, or load a queries CSV")
-            return False
-        config = self.toggles.config()
-        self.banner.hide()
-        self._previous = self.current  # still shown until the new run's first batch; back if it fails
-        self.current = RunData.empty(config.label(), config.to_dict(), self.queries, len(self.frames))
-        self.current.video_path = self.video_path
-        self._run_config = None
-        self._run_start = None
-        self.controller.start(self.frames, self.queries, config, video_info=self.video_info,
-                              telemetry=self.sampler, ground_truth=self.matching_ground_truth())
-        return True
-
-    def stop_run(self) -> None:
-        self.controller.stop()
-
-    def _on_running_changed(self) -> None:
-        self.run_panel.set_running(self.controller.running)
-
-    def _on_config_changed(self, changes: dict) -> None:
-        self.settings.set_config(self.toggles.config())
-        if self.controller.running:
-            try:
-                self.controller.update_config(**changes)
-            except (ValueError, UserError) as exc:
-                self.show_message(f"cannot apply {changes}: {exc}", level="warning")
-                return
-            self.statusBar().showMessage(f"{self.toggles.config().label()}: applies from the next batch", 5000)
-
-    def _t(self, t: float) -> float:
-        if self._origin is None:
-            self._origin = t
-            self.charts.set_origin(t)
-        return t - self._origin
-
-    def _on_report(self, payload: tuple[Any, Any]) -> None:
-        report, self._pending_recorder = payload
-        if isinstance(report, dict):
-            self._pending_report = report
-        else:
-            self._pending_report = None
-            self.show_message(str(report), level="warning")
-
-    def _on_started(self, event: Started) -> None:
-        self._run_start = self._t(event.t)
-        self.charts.follow()
-        self._pending_report = None
-        self.batches_seen = 0
-        self.num_batches = event.num_batches
-        self.charts.set_stages(list(event.stages))
-        if self._run_config is not None and event.config != self._run_config:
-            self.charts.mark(self._t(event.t), event.config.label())
-        self._run_config = event.config
-        if self.current is None or len(self.current.tracks) != event.num_queries:
-            self.current = RunData.empty(event.config.label(), event.config.to_dict(), self.queries,
-                                         len(self.frames))
-        self.current.label = event.config.label()
-        self.current.config = event.config.to_dict()
-        gate_note = f" ({event.precision_gate})" if event.precision_gate else ""
-        self.run_label.setText(f"Running on {event.device_name}{gate_note}: 0 / {event.num_batches} batches")
-
-    def _on_batch(self, event: BatchDone) -> None:
-        self.batches_seen += 1
-        run = self.current
-        if run is not None and event.stop <= len(run.tracks):
-            run.tracks[event.start:event.stop] = event.tracks
-            run.visible[event.start:event.stop] = event.visible
-            run.label = event.config.label()
-            self.view.set_tracks(run.tracks, run.visible)
-        t_end = self._t(event.t)
-        if self._run_config is not None and event.config != self._run_config:
-            self.charts.mark(t_end - event.wall_ms / 1e3, event.config.label())
-        self._run_config = event.config
-        self.charts.add_batch(t_end, event.wall_ms, event.stage_ms)
-        self.run_label.setText(f"{event.config.label()}: batch {self.batches_seen} / {self.num_batches}, "
-                               f"{event.wall_ms:.0f} ms")
-
-    def _on_finished(self, event: Finished) -> None:
-        run = self.current
-        self._keep_done(event.tracks, event.visible)
-        report, self._pending_report = self._pending_report, None
-        if self._run_start is not None and not self.controller.loop:
-            self.charts.focus(self._run_start, self._t(event.t))
-        state = "stopped" if event.cancelled else "finished"
-        self.run_label.setText(f"{state} in {event.wall_ms:.0f} ms")
-        if run is None:
-            return
-        snapshot = None if event.cancelled else RunData(run.label, dict(run.config), run.queries, run.tracks.copy(),
-                                                          run.visible.copy(), report, self.video_path)
-        if report is not None:
-            run.report = report
-            self.report = report
-            self.recorder = self._pending_recorder
-            self._panel_call(self.diagnosis, "set_report", report)
-            self.charts.set_cost(report.get("cost"))
-            if not event.cancelled and (not self.controller.loop or not self.history
-                                        or self.history[-1].label != run.label):
-                # the report leaves the tracks out (kept small): px vs fp32 needs the run's own
-                self._panel_call(self.tradeoff, "add_report", report, *(
-                    (snapshot.tracks, snapshot.visible) if snapshot is not None else ()))
-        if snapshot is not None:
-            self._add_history(snapshot)
-        self.run_finished.emit(run)
-
-    def _on_failed(self, event: Failed) -> None:
-        self._pending_report = None
-        run = self.current
-        self._keep_done(event.tracks, event.visible)
-        kept = 0 if run is None else int(np.isfinite(run.tracks).all(axis=(1, 2)).sum())
-        if kept == 0 and self._previous is not None:  # nothing new: show the last results again
-            self.current = self._previous
-            self.view.set_tracks(self.current.tracks, self.current.visible)
-            self.run_label.setText(f"failed ({event.kind}); showing the previous run")
-        else:
-            self.run_label.setText(f"failed ({event.kind}); {kept} points kept")
-        self.show_message(event.message, event.suggestion, "error")
-
-    def _keep_done(self, tracks: np.ndarray | None, visible: np.ndarray | None) -> None:
-        """Copy the finished points of a run's final tracks [N, T, 2] into the current run (a stopped or
-        failed run leaves the rest NaN: the points shown from earlier batches stay)."""
-        run = self.current
-        if run is None or tracks is None or tracks.shape != run.tracks.shape:
-            return
-        done = np.isfinite(tracks).all(axis=(1, 2))  # [N]
-        run.tracks[done] = tracks[done]
-        run.visible[done] = visible[done]
-        self.view.set_tracks(run.tracks, run.visible)
-
-    def _set_current(self, run: RunData) -> None:
-        self.current = run
-        self.queries = run.queries
-        self.view.set_queries(run.queries)
-        self.view.set_tracks(run.tracks, run.visible)
-        self.run_panel.set_query_count(len(run.queries))
-
-    def matching_ground_truth(self) -> dict[str, np.ndarray] | None:
-        """The video's ground truth when it was made for the current queries, else None."""
-        gt, q = self.ground_truth, self.queries
-        if gt is None or gt["tracks"].shape[0] != len(q) or gt["tracks"].shape[1] != self.view.num_frames:
-            return None
-        if not np.array_equal(gt["query_t"].astype(np.int64), np.round(q[:, 0]).astype(np.int64)):
-            return None
-        at_query = gt["tracks"][np.arange(len(q)), gt["query_t"].astype(np.int64)]  # [N, 2]
-        return gt if np.nanmax(np.abs(at_query - q[:, 1:]), initial=0.0) <= GT_QUERY_TOLERANCE_PX else None
-
-    def _add_history(self, run: RunData) -> None:
-        previous = next((r for r in reversed(self.history) if r.tracks.shape == run.tracks.shape), None)
-        self.history.append(run)
-        del self.history[:-MAX_HISTORY]
-        if previous is not None:
-            self.show_ab(previous, run)
-
-    def show_ab(self, a: RunData, b: RunData) -> None:
-        """Put two runs side by side in the A/B tab (with ground truth when it fits both)."""
+    def _show_comparison(self, comparison: Comparison) -> None:
         if self.ab_view is None:
             return
-        self._panel_call(self.ab_view, "set_frames", self.frames)
-        gt = self.matching_ground_truth() if a.tracks.shape == b.tracks.shape else None
-        self._panel_call(self.ab_view, "set_runs", a, b, gt)
+        self.panels.call(self.ab_view, self.ab_view.set_frames, self.state.frames, self.state.geometry)
+        self.panels.call(self.ab_view, self.ab_view.set_runs, comparison.a, comparison.b, comparison.ground_truth)
 
-    def _panel_call(self, panel: QWidget | None, method: str, *args: Any) -> None:
-        """Call a panel now if its tab is shown, else when it is next shown (its work stays off the
-        GUI thread's hot path while a run streams in: A/B divergence alone took ~23 ms per run)."""
-        if panel is None:
-            return
-        if self.tabs.currentWidget() is panel:
-            self._invoke(panel, method, args)
-            return
-        queue = self._deferred.setdefault(panel, [])
-        if method in LAST_CALL_WINS:
-            queue[:] = [(m, a) for m, a in queue if m != method]
-        queue.append((method, args))
+    def _show_message(self, message: Message) -> None:
+        self.banner.show_message(message.text, message.suggestion, message.level)
+        self.statusBar().showMessage(message.text, MESSAGE_MS)
+        self.message_shown.emit(message.text)
 
     def flush_panels(self, panel: QWidget | None = None) -> None:
         """Apply the calls queued for ``panel`` (or for every panel)."""
-        for p in [panel] if panel is not None else list(self._deferred):
-            for method, args in self._deferred.pop(p, []):
-                self._invoke(p, method, args)
+        self.panels.flush(panel)
 
-    def _invoke(self, panel: QWidget, method: str, args: tuple) -> None:
-        try:
-            getattr(panel, method)(*args)
-        except Exception as exc:  # a panel bug is shown, not fatal
-            self.show_message(f"{type(panel).__name__}.{method} failed: {type(exc).__name__}: {exc}",
-                              level="warning")
+    # -- commands ---------------------------------------------------------------------------------------------
+    def show_message(self, message: str, suggestion: str | None = None, level: str = "error") -> None:
+        """Show a problem in the window (never a modal dialog) and in the status bar."""
+        self.state.post_message(message, suggestion, level)
 
-    # -- shutdown -----------------------------------------------------------------------------------------------------
+    def start_run(self) -> bool:
+        """Start tracking the queries with the current toggles; False (and a message) when it cannot."""
+        self.state.set_config(self.toggles.config(), announce=False)  # the toggles are what the user sees
+        return self.runs.start_run()
+
+    def stop_run(self) -> None:
+        """Stop after the current batch."""
+        self.runs.stop_run()
+
+    def _on_config_changed(self, changes: dict) -> None:
+        self.state.set_config(self.toggles.config(), announce=False)
+        self.settings.set_config(self.toggles.config())
+        self.runs.apply_config(changes)
+
+    def add_bench_dialog(self) -> None:
+        """Compare > add a bench or report file to the trade-offs."""
+        path = self.files.bench_path_dialog()
+        if path and self.tradeoff is not None:
+            try:
+                self.tradeoff.add_bench(path)
+                self.tabs.setCurrentWidget(self.tradeoff)
+            except UserError as exc:
+                self.show_message(exc.message, exc.suggestion)
+
+    def compare_with_report(self, path: str) -> bool:
+        """A/B: the current run against a report's; shows the A/B tab."""
+        ok = self.files.compare_with_report(path)
+        if ok and self.ab_view is not None:
+            self.tabs.setCurrentWidget(self.ab_view)
+        return ok
+
+    # the files and exports controllers' commands, as the window's (the CLI, tests and scripts use them)
+    def load_path(self, path: Any) -> bool:
+        """Open a video, image folder, report/bench JSON or queries CSV; False (and a message) on error."""
+        return self.files.load_path(path)
+
+    def open_video(self, path: Any, queries: np.ndarray | None = None) -> None:
+        """Decode and show a video (VideoError on failure)."""
+        self.files.open_video(path, queries)
+
+    def set_video(self, frames: np.ndarray, fps: float | None = None, path: str | None = None,
+                  info: dict[str, Any] | None = None, queries: np.ndarray | None = None) -> None:
+        """Show frames uint8 [T, H, W, 3]."""
+        self.files.set_video(frames, fps, path, info, queries)
+
+    def set_queries(self, queries: np.ndarray) -> None:
+        """New queries [N, 3] (refused during a run)."""
+        self.files.set_queries(queries)
+
+    def set_grid(self, k: int) -> None:
+        """A k x k grid of queries on the frame shown."""
+        self.files.set_grid(k)
+
+    def matching_ground_truth(self) -> dict[str, np.ndarray] | None:
+        """The video's ground truth when it fits the current queries."""
+        return self.state.matching_ground_truth()
+
+    def full_report(self) -> dict[str, Any] | None:
+        """The current report with its tracks."""
+        return self.exports.full_report()
+
+    def export_video_dialog(self) -> None:
+        """File > Export > Overlaid video."""
+        self.exports.export_video_dialog()
+
+    # -- the state, read through the window (tests and scripts) -----------------------------------------------
+    @property
+    def frames(self) -> np.ndarray | None:
+        return self.state.frames
+
+    @property
+    def queries(self) -> np.ndarray:
+        return self.state.queries
+
+    @property
+    def current(self) -> RunData | None:
+        return self.state.current
+
+    @current.setter
+    def current(self, run: RunData | None) -> None:
+        self.state.set_current(run)
+
+    @property
+    def history(self) -> list[RunData]:
+        return self.state.history
+
+    @property
+    def report(self) -> dict[str, Any] | None:
+        return self.state.report
+
+    @property
+    def video_path(self) -> str | None:
+        return self.state.video_path
+
+    @property
+    def batches_seen(self) -> int:
+        return self.runs.batches_seen
+
+    # -- drag and drop, shutdown --------------------------------------------------------------------------------
+    def dragEnterEvent(self, event: Any) -> None:  # noqa: N802
+        if event.mimeData().hasUrls() and any(u.isLocalFile() for u in event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: Any) -> None:  # noqa: N802
+        for url in event.mimeData().urls():
+            if url.isLocalFile():
+                self.files.load_path(url.toLocalFile())
+        event.acceptProposedAction()
+
     def shutdown(self) -> None:
-        """Stop the run, the sampler and every timer; save settings. Safe to call twice."""
+        """Stop the run, exports, the sampler and every timer; save settings. Safe to call twice."""
         if self._closing:
             return
         self._closing = True
         self.controller.shutdown()
+        self.exports.shutdown()
+        self.capture.shutdown()
+        if self.capture_panel is not None:
+            self.capture_panel.shutdown()
         self.view.stop_timers()
         self.charts.stop()
         if self.sampler is not None:
@@ -456,7 +431,6 @@ class MainWindow(FileActions, QMainWindow):
         self.settings.save_window(self.saveGeometry(), self.saveState())
         self.settings.sync()
 
-    def closeEvent(self, event) -> None:  # noqa: N802
+    def closeEvent(self, event: Any) -> None:  # noqa: N802
         self.shutdown()
         super().closeEvent(event)
-

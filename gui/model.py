@@ -11,7 +11,16 @@ from typing import Any
 
 import numpy as np
 
-from engine.trackers.base import track_arrays
+from engine.api import run_title, track_arrays
+
+
+def report_title(report: dict[str, Any]) -> str:
+    """A report's title: its tracker and the settings that tracker uses when it says which, else its label."""
+    config = report.get("config") or {}
+    tracker = report.get("tracker") or {}
+    if config.get("tracker") and "tunable" in tracker:
+        return run_title(config, tracker)
+    return str(report.get("label") or config.get("tracker") or "report")
 
 
 @dataclass
@@ -61,13 +70,13 @@ class RunData:
     @classmethod
     def from_report(cls, report: dict[str, Any]) -> RunData | None:
         """Build from a run report holding tracks; None when the report has none."""
-        from engine.report.recorder import report_tracks
+        from engine.api import report_tracks
 
         got = report_tracks(report)
         if got is None:
             return None
         queries, tracks, visible = got
         config = dict(report.get("config") or {})
-        label = str(report.get("label") or config.get("tracker") or "report")
+        label = report_title(report)
         video = report.get("video") or {}
         return cls(label, config, queries, tracks, visible, report=report, video_path=video.get("path"))

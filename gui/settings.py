@@ -7,7 +7,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings
 
-from engine.core.config import RunConfig
+from engine.api import RunConfig
 
 ORGANIZATION = "trackscope"
 APPLICATION = "trackscope"
@@ -49,7 +49,7 @@ class Settings:
             config = RunConfig.from_dict({**default.to_dict(), **json.loads(str(raw))})
         except (ValueError, TypeError):
             return default
-        from engine.trackers import available_trackers
+        from engine.api import available_trackers
 
         if ":" not in config.tracker and config.tracker not in available_trackers():
             # e.g. the tracker of a replayed report that is not installed here

@@ -122,8 +122,7 @@ def main() -> int:
     parser.add_argument("--device", default="cpu", help="device of the runs (cpu, cuda, auto)")
     args = parser.parse_args()
 
-    from engine.core.config import RunConfig
-    from engine.io.trackio import grid_queries
+    from engine.api import RunConfig, grid_queries
     from gui.app import sample_video_path
     from gui.main_window import MainWindow
     from gui.settings import Settings

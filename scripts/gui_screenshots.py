@@ -75,7 +75,7 @@ def main() -> int:
     parser.add_argument("--size", default="x".join(map(str, WINDOW_SIZE)), help="window size WxH")
     args = parser.parse_args()
 
-    from engine.core.config import RunConfig
+    from engine.api import RunConfig
     from gui.app import sample_video_path
     from gui.main_window import MainWindow
     from gui.settings import Settings

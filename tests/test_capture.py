@@ -175,9 +175,24 @@ def test_fp32_grid_sample_is_named_under_bf16_autocast_on_the_cpu():
     ops = {row.op for row in summary.fp32_ops}
     assert "aten::grid_sampler" in ops
     row = next(r for r in summary.fp32_ops if r.op == "aten::grid_sampler")
-    assert row.module == "sampler" and row.count == 1
+    assert row.module == "sampler" and row.count == planted_capture.SAMPLE_ITERATIONS
     assert "aten::linear" not in ops  # autocast casts the projector's linears: recorded with float inputs, not fp32
     assert summarize(result, precision="fp32").fp32_ops == ()  # not an autocast run: nothing to say
+
+
+def test_fp32_grid_sample_carries_weight_at_benchmark_size_and_stays_small_on_tiny_videos():
+    # 47x256x256, 256 queries: 64x64 feature cells at stride 4, a 15x15 window, 16 channels, 4 iterations
+    cells = 256 // planted_capture.FEATURE_STRIDE
+    size = 2 * planted_capture.window_radius(cells, cells) + 1
+    values = 47 * 256 * size**2 * 16 * planted_capture.SAMPLE_ITERATIONS
+    assert size == 15 and values > 1.5e8  # ~2 ms of fp32 grid_sampler on the H200 at ~85 G values/s
+    assert planted_capture.window_radius(8, 8) == 1  # the CPU tests' 32x32 videos: a 3x3 window
+    sampler = planted_capture.Sampler()
+    feats = torch.randn(3, 16, 8, 8)
+    tracks = torch.full((2, 3, 2), 14.0)
+    out = sampler(feats, tracks, feats[0, :, 3, 3].expand(2, 16))
+    assert out.shape == (2, 3, 2) and torch.isfinite(out).all()
+    assert (out - tracks).abs().max() <= planted_capture.SAMPLE_ITERATIONS * planted_capture.FEATURE_STRIDE
 
 
 @pytest.mark.parametrize("name", ["item_per_point", "cpu_round_trip", "tiny_kernels"])
@@ -285,3 +300,23 @@ def test_item_per_point_counts_a_sync_per_point_on_cuda():
     assert sum(c.syncs for c in scorer) >= len(queries)
     assert "planted_capture.py" in summary.sync_sites[0].call_site
     assert diagnose_capture(summary)[0]["rule"] in ("host_sync", "gpu_idle_gaps")
+
+
+def test_a_malformed_profiler_trace_is_captured_again(monkeypatch):
+    """The profiler once wrote a trace that was not valid JSON (a busy Qt thread beside it): one retry."""
+    import json as _json
+
+    import engine.capture.profile as profile_module
+
+    real_export, calls = profile_module._export, []
+
+    def flaky(prof):
+        calls.append(1)
+        if len(calls) == 1:
+            raise _json.JSONDecodeError("Expecting ',' delimiter", "{", 0)
+        return real_export(prof)
+
+    monkeypatch.setattr(profile_module, "_export", flaky)
+    module = torch.nn.Linear(4, 4)
+    result = profile_module.capture_run(lambda: module(torch.ones(2, 4)), device="cpu", roots={"": module})
+    assert result.error is None and len(calls) == 2

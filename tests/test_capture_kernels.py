@@ -81,6 +81,90 @@ def test_ops_that_stay_fp32():
     assert stays_fp32("aten::linear", ("float", "float", "float"))
 
 
+# Real names from the H200 capture (tests/data/capture/kernel_names.json, torch 2.11 + CUDA 13.0), each given by
+# a prefix that matches exactly one recorded name, with its hand-verified class (kind, tensor_core, precision,
+# arch). No TF32 kernel was seen there (fp32 runs had TF32 off): CASES above covers TF32 from DESIGN.md.
+EXPECTED = [
+    # cuBLAS nvjet (Hopper): "tst" = bf16 inputs, fp32 accumulate, bf16 out -> bf16 tensor cores, sm90
+    ("nvjet_sm90_tst_128x256_64x4_2x1_v_bz_coopA_bias_TNN", "gemm", True, "bf16", 90),
+    ("nvjet_sm90_tst_64x8_64x16_2x4_h_bz_bias_TNT", "gemm", True, "bf16", 90),
+    # cuDNN Hopper implicit-GEMM conv, bf16 in, fp32 accumulate (warpgroup = wgmma)
+    ("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize64x128x64", "conv", True, "bf16", 90),
+    # CUTLASS tensor-op GEMMs built for older generations (legacy on a CC 9.0 card)
+    ("void cutlass::Kernel2<cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_tn_align1>", "gemm", True, "bf16", 75),
+    ("void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_32x1_tn_align2>",
+     "gemm", True, "bf16", 80),
+    ("void cutlass::Kernel2<cutlass_75_wmma_tensorop_bf16_s161616gemm_bf16_32x32_32x1_nn_align1>",
+     "gemm", True, "bf16", 75),
+    # SIMT fp32 GEMMs: cuBLAS xmma with ffma, complex fp32, classic sgemm
+    ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8", "gemm", False, "fp32", 80),
+    ("sm80_xmma_gemm_cf32cf32_f32f32_cf32_tn_n_tilesize32x64x8", "gemm", False, "fp32", 80),
+    ("void sgemm_largek_lds64<", "gemm", False, "fp32", None),
+    # convolutions: cuDNN fp32 implicit GEMM on CUDA cores (ffma), cuDNN direct convs, ATen depthwise
+    ("sm80_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nchwkcrs_nchw_tilesize128x32x8", "conv", False, "fp32", 80),
+    ("void convolve_common_engine_float_NHWC<float", "conv", False, "fp32", None),
+    ("void convolve_common_engine_float_NHWC<__nv_bfloat16", "conv", False, "bf16", None),
+    ("void at::native::(anonymous namespace)::conv_depthwise2d_forward_kernel_generic<float", "conv", False, "fp32",
+     None),
+    # grid samplers: ATen's and cuDNN's (no convolution, though cuDNN's)
+    ("void at::native::(anonymous namespace)::grid_sampler_2d_kernel<float", "other", None, "fp32", None),
+    ("void cudnn::bilinear_sampler_fw_4d<float", "other", None, "fp32", None),
+    # cuDNN layout transposes around an NHWC conv: memory movement, no convolution
+    ("void cudnn::engines_precompiled::nchwToNhwcKernel<float", "other", None, "fp32", None),
+    ("void cudnn::engines_precompiled::nhwcToNchwKernel<float", "other", None, "fp32", None),
+    # elementwise / reduction / softmax / FFT / cuBLASLt epilogue
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, "
+     "at::native::MaxNanFunctor", "other", None, "fp32", None),
+    ("void at::native::vectorized_elementwise_kernel<8, at::native::bfloat16_copy_kernel_cuda", "other", None, "bf16",
+     None),
+    ("void (anonymous namespace)::softmax_warp_forward<float, float, float, 6", "other", None, "fp32", None),
+    ("void DSE::vector_fft<0, 1, 128, 8, 8, 1, float", "other", None, "fp32", None),
+    ("void cublasLt::epilogue::impl::globalKernel<8, 32, float", "other", None, "fp32", None),
+    # memcpy-like: concatenation and gather of opaque bytes have no precision
+    ("void at::native::(anonymous namespace)::CatArrayBatchedCopy<at::native::(anonymous namespace)::OpaqueType<4u>, "
+     "unsigned int, 4, 64, 64>", "other", None, None, None),
+    ("void at::native::vectorized_gather_kernel<16, long>", "other", None, None, None),
+]
+
+
+def _recorded() -> list[dict]:
+    data = json.loads(KERNEL_NAMES.read_text())
+    return data["kernels"] if isinstance(data, dict) else data
+
+
+def test_every_recorded_kernel_name_classifies():
+    rows = _recorded()
+    assert len(rows) > 100
+    for row in rows:
+        k = classify(row["name"])
+        assert k.kind in ("gemm", "conv", "other"), row["name"]
+        assert (k.tensor_core is None) == (k.kind == "other"), row["name"]
+        assert k.precision in (None, "fp64", "fp32", "tf32", "fp16", "bf16", "int8", "fp8"), row["name"]
+        assert k.arch is None or 50 <= k.arch <= 120, row["name"]
+        if k.kind != "other" and k.tensor_core:
+            assert k.precision != "fp32", row["name"]  # fp32 inputs on tensor cores compute in TF32
+    nvjet = [row for row in rows if row["name"].startswith("nvjet_")]
+    assert nvjet and all(classify(row["name"]).precision == "bf16" for row in nvjet if "_tst_" in row["name"])
+    # the letters read right: every nvjet "tst" kernel was seen in bf16 runs only
+    assert all(c == "fp32_grid_sample" or "bf16" in c for row in nvjet for c in row["configs"])
+
+
+@pytest.mark.parametrize("prefix, kind, tensor_core, precision, arch", EXPECTED)
+def test_recorded_kernel_names_have_their_hand_verified_class(prefix, kind, tensor_core, precision, arch):
+    names = [row["name"] for row in _recorded() if row["name"].startswith(prefix)]
+    assert len(names) == 1, (prefix, names)
+    k = classify(names[0])
+    assert (k.kind, k.tensor_core, k.precision, k.arch) == (kind, tensor_core, precision, arch)
+
+
+def test_nvjet_type_letters():
+    assert classify("nvjet_hsh_128x128_64x4_1x2_h_bz_TNN").precision == "fp16"
+    assert classify("nvjet_sm90_tst_64x8_64x16_2x4_h_bz_bias_TNT").precision == "bf16"
+    assert classify("nvjet_sm90_sss_128x64_32x4_1x2_h_bz_TNN").precision == "tf32"
+    assert classify("nvjet_sm90_qqtst_128x128_128x6_1x1_h_bz_coopA_NTN").precision == "fp8"
+    assert classify("nvjet_sm100_tst_128x256_64x4_2x1_v_bz_TNN").arch == 100
+
+
 def test_recorded_kernel_names_classify_as_recorded():
     """tests/data/capture/kernel_names.json (from a lent-GPU capture): every name keeps its recorded class."""
     if not KERNEL_NAMES.exists():

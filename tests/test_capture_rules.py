@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from engine.capture.attribution import OUTSIDE_STAGES
 from engine.capture.rules import WARNING_SHARE, diagnose_capture, severity
 from engine.capture.summary import (
     CaptureSummary,
@@ -110,14 +111,39 @@ def test_emulated_bf16_on_a_t4():
 def test_idle_gaps_name_their_cause_and_findings_sort_by_share():
     gaps = (GapRow(1.0, 3.0, "head", "head.mlp", "host"), GapRow(5.0, 0.5, "match", "m", "sync", SITE))
     s = gpu_summary(wall_ms=20.0, gpu_idle_ms=4.0, gaps=gaps, idle_by_cause_ms={"host": 3.0, "sync": 0.5},
+                    profiled_wall_ms=20.0, unprofiled_wall_ms=20.0,
                     fp32_ops=(Fp32Op("aten::grid_sampler", "sampler", 1, 2.0, 0.1),))
     findings = diagnose_capture(s)
     f = by_rule(findings)["gpu_idle_gaps"]
     assert f["module"] == "head.mlp" and f["evidence"]["longest_gap_ms"] == 3.0
+    assert f["evidence"]["host_idle_ms"] == 3.5 and f["evidence"]["scope"] == "tracker"  # the sync is host_sync's
     shares = [x["evidence"]["share"] for x in findings]
     assert shares == sorted(shares, reverse=True)
     assert all(x["severity"] == "info" for x in findings if x["evidence"]["share"] < WARNING_SHARE)
     assert severity(0.3) == "critical" and severity(0.049) == "info"
+
+
+def test_idle_gaps_discount_the_profiler_and_leave_the_session_loop_out():
+    loop = row(OUTSIDE_STAGES, OUTSIDE_STAGES, wall_ms=4.0, idle_ms=4.0)
+    inner = row("head", "head.mlp", wall_ms=6.0, idle_ms=3.0)
+    upload = row("upload", "", wall_ms=1.0, idle_ms=1.0)
+    gaps = (GapRow(0.0, 4.0, OUTSIDE_STAGES, OUTSIDE_STAGES, "host"), GapRow(5.0, 3.0, "head", "head.mlp", "host"))
+    base = dict(wall_ms=12.0, gpu_idle_ms=8.0, gaps=gaps, cells=(loop, inner), stages=(upload,),
+                idle_by_cause_ms={"host": 8.0}, profiled_wall_ms=12.0, unprofiled_wall_ms=12.0)
+    # unprofiled as long as profiled: the 3 ms gap in head.mlp is the tracker's; the loop's 4 ms and the
+    # upload's 1 ms are not
+    f = by_rule(diagnose_capture(gpu_summary(**base), precision="fp32"))["gpu_idle_gaps"]
+    assert f["evidence"]["host_idle_ms"] == 3.0 and f["module"] == "head.mlp" and f["severity"] == "critical"
+    # the profiler added 2 ms of host time: 1 ms is left
+    slower = gpu_summary(**{**base, "unprofiled_wall_ms": 10.0})
+    f = by_rule(diagnose_capture(slower, precision="fp32"))["gpu_idle_gaps"]
+    assert f["evidence"]["host_idle_ms"] == 1.0 and f["evidence"]["profiler_added_ms"] == 2.0
+    # the profiler added it all: what is left is the session's loop, an info finding with nothing at stake
+    inflated = gpu_summary(**{**base, "unprofiled_wall_ms": 6.0})
+    findings = diagnose_capture(inflated, precision="fp32")
+    f = by_rule(findings)["gpu_idle_gaps"]
+    assert f["severity"] == "info" and f["evidence"]["scope"] == "session" and f["evidence"]["share"] == 0.0
+    assert f["evidence"]["session_idle_ms"] == 5.0 and f["title"].startswith("session overhead between stages")
 
 
 def test_a_cpu_capture_or_an_errored_one_gives_no_gpu_findings():

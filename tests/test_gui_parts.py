@@ -24,12 +24,12 @@ from engine.io.trackio import load_tracks  # noqa: E402
 from engine.io.video import open_video, write_video  # noqa: E402
 from engine.report.recorder import load_report  # noqa: E402
 from gui import export  # noqa: E402
-from gui.charts import POLL_HZ, ChartsPanel  # noqa: E402
 from gui.main_window import MainWindow  # noqa: E402
 from gui.model import RunData  # noqa: E402
+from gui.panels.toggles import TogglesPanel  # noqa: E402
 from gui.settings import Settings  # noqa: E402
-from gui.toggles import TogglesPanel  # noqa: E402
-from gui.video_view import VideoView  # noqa: E402
+from gui.widgets.charts import POLL_HZ, ChartsPanel  # noqa: E402
+from gui.widgets.video_view import VideoView  # noqa: E402
 from tests.helpers import moving_square_video  # noqa: E402
 
 RUN_TIMEOUT_MS = 20_000
@@ -375,7 +375,7 @@ def test_video_export_runs_off_the_gui_thread_and_reports_back(qtbot, settings, 
     real = export.export_video
     monkeypatch.setattr(export, "export_video", lambda *a: threads.append(threading.current_thread()) or real(*a))
     out = tmp_path / "o.mp4"
-    monkeypatch.setattr(w, "_save_path", lambda *a: str(out))
+    monkeypatch.setattr(w.exports, "_save_path", lambda *a: str(out))
     w.export_video_dialog()
     qtbot.waitUntil(lambda: "saved" in w.statusBar().currentMessage(), timeout=10000)
     assert threads and threads[0] is not threading.main_thread()

@@ -268,7 +268,7 @@ def test_failed_run_keeps_previous_results_on_screen(qtbot, window):
 def test_run_outliving_shutdown_wait_is_kept_until_it_ends_then_a_new_run_ignores_its_events(qtbot):
     """A batch longer than shutdown's wait: the thread is not destroyed while running, and the old
     run's late events do not reach the window once a new run has started."""
-    from gui.worker import RunController
+    from gui.controllers.runner import RunController
     from tests.helpers import ConstantVelocityTracker
 
     class Sleepy(ConstantVelocityTracker):

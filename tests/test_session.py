@@ -220,3 +220,35 @@ def test_the_device_note_reaches_the_report(fake_gpu):
         recorder.add(event)
     report = recorder.build()
     assert report.runs[0].device == "cpu" and "constvel" in report.runs[0].extra["device_note"]
+
+
+@pytest.mark.parametrize("exc", [MemoryError(), RuntimeError(
+    "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+    "8000000000 bytes. Error code 12 (Cannot allocate memory)")])
+def test_host_out_of_memory_is_recognised(exc):
+    tracker = ConstantVelocityTracker(fail_on_batch=0, exc=exc)
+    s = Session(moving_square_video(), _queries(4), RunConfig(tracker="constvel", device="cpu",
+                points_per_batch=64, frames_per_batch=8), tracker=tracker)
+    last = s.run()
+    assert isinstance(last, Failed) and last.kind == "oom"
+    assert last.message.startswith("host memory (RAM) ran out of memory with 64 points per batch")
+    assert "--points-per-batch 32" in last.suggestion and "--max-frames" in last.suggestion
+    assert "tracker's code" not in (last.suggestion or "")
+
+
+class _NanTracker(ConstantVelocityTracker):
+    name = "nanny"
+
+    def track(self, prepared, queries, ctx):
+        result = super().track(prepared, queries, ctx)
+        result.tracks[0, 1:4, 0] = np.nan
+        result.tracks[-1, 0, 1] = np.inf
+        return result
+
+
+def test_nan_tracks_from_a_tracker_are_reported():
+    s = Session(moving_square_video(), _queries(4), RunConfig(tracker="nanny", device="cpu",
+                points_per_batch=4), tracker=_NanTracker())
+    last = s.run()
+    assert isinstance(last, Failed) and last.kind == "tracker"
+    assert last.message.startswith("tracker 'nanny' returned 4 NaN or infinite track value(s)")

@@ -393,3 +393,78 @@ def test_write_video_rejects_bad_requests(tmp_path: Path):
         with pytest.raises(VideoError) as err:
             write_video(path, frames)
         assert str(path) in str(err.value) and problem in str(err.value)
+
+
+# ---------------------------------------------------------------------------------------- sizes never trusted
+
+
+def _bad_inputs():
+    """scripts/make_bad_inputs.py as a module (it crafts the corrupt and lying videos)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "make_bad_inputs.py"
+    spec = importlib.util.spec_from_file_location("make_bad_inputs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_corrupt_middle_frame_is_repeated_and_decoding_goes_on(tmp_path: Path):
+    bad = _bad_inputs()
+    good = bad.write_good_avi(tmp_path / "good.avi")
+    broken = bad.corrupt_frame(bad.write_good_avi(tmp_path / "broken.avi"), bad.CORRUPT_FRAME)
+    reference, _ = load_video(good)
+    with open_video(broken) as reader:
+        frames = reader.read()
+        assert frames.shape == reference.shape  # every later frame kept
+        assert reader.corrupt_frames == [bad.CORRUPT_FRAME]
+        assert reader.warnings == [f"frame {bad.CORRUPT_FRAME} is corrupt (does not decode); "
+                                   f"repeated frame {bad.CORRUPT_FRAME - 1} in its place"]
+        assert reader.info.num_frames == bad.NUM_FRAMES
+    np.testing.assert_array_equal(frames[bad.CORRUPT_FRAME], frames[bad.CORRUPT_FRAME - 1])
+    keep = np.arange(len(frames)) != bad.CORRUPT_FRAME
+    np.testing.assert_array_equal(frames[keep], reference[keep])
+
+
+def test_corrupt_first_frame_of_a_range_uses_the_next(tmp_path: Path):
+    bad = _bad_inputs()
+    broken = bad.corrupt_frame(bad.write_good_avi(tmp_path / "broken.avi"), bad.CORRUPT_FRAME)
+    with open_video(broken) as reader:
+        frames = reader.read(bad.CORRUPT_FRAME, bad.CORRUPT_FRAME + 3)
+        assert len(frames) == 3
+        np.testing.assert_array_equal(frames[0], frames[1])
+        assert "used the next decodable frame" in reader.warnings[0]
+
+
+def test_huge_claimed_frame_count_is_not_trusted(tmp_path: Path):
+    """An AVI claiming 5e7 frames in 100 KB: counted by decoding, read without a huge allocation."""
+    bad = _bad_inputs()
+    path = bad.claim_frames(bad.write_good_avi(tmp_path / "huge.avi"), bad.HUGE_CLAIMED_FRAMES)
+    assert cv2.VideoCapture(str(path)).get(cv2.CAP_PROP_FRAME_COUNT) == bad.HUGE_CLAIMED_FRAMES
+    with open_video(path) as reader:
+        assert reader.info.num_frames == bad.NUM_FRAMES
+        assert f"claims {bad.HUGE_CLAIMED_FRAMES} frames" in reader.warnings[0]
+        assert reader.read().shape[0] == bad.NUM_FRAMES
+
+
+def test_overstated_count_never_preallocates_it(mp4: Path, monkeypatch):
+    """A plausible but false count far over the read limit: the reader grows and finds the truth."""
+    _lie(monkeypatch, 5e6)
+    with open_video(mp4) as reader:
+        frames = reader.read(max_frames=1000)
+        assert frames.shape[0] == NUM_FRAMES and reader.info.num_frames == NUM_FRAMES
+
+
+def test_read_limits_frames_and_bytes(mp4: Path):
+    with open_video(mp4) as reader:
+        with pytest.raises(VideoError, match=r"over the read limit of 5 frames") as err:
+            reader.read(max_frames=5)
+        assert str(mp4) in str(err.value) and "read(start, stop)" in str(err.value)
+        with pytest.raises(VideoError, match=r"12 frames from frame 0 are over the read limit of"):
+            reader.read(0, NUM_FRAMES, max_bytes=WIDTH * HEIGHT * 3 * 4)
+        assert reader.read(0, 4, max_bytes=WIDTH * HEIGHT * 3 * 4).shape[0] == 4
+
+
+def test_resize_size_limit(mp4: Path):
+    with open_video(mp4) as reader, pytest.raises(VideoError, match=f"over the limit of {video.MAX_RESIZE_SIDE}"):
+        reader.read(0, 1, size=(100_000, 10))

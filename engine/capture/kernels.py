@@ -28,6 +28,11 @@ CONV_PATTERNS = (
     re.compile(r"winograd", re.I),  # Winograd convolution (cuDNN)
     re.compile(r"scudnn|hcudnn|bcudnn|cudnn_infer|cudnn::", re.I),  # cuDNN engine kernels (all convs here)
 )
+#: cuDNN kernels that are no convolution (checked before CONV_PATTERNS, whose ``cudnn::`` would take them)
+NOT_CONV_PATTERNS = (
+    re.compile(r"cudnn::\S*(?:nchwToNhwc|nhwcToNchw)"),  # cuDNN layout transposes around an NHWC conv
+    re.compile(r"cudnn::bilinear_sampler"),  # cuDNN's grid sampler (aten::cudnn_grid_sampler)
+)
 #: GEMM / matmul kernels
 GEMM_PATTERNS = (
     re.compile(r"gemm", re.I),  # cuBLAS / CUTLASS / xmma GEMMs, sgemm, hgemm, gemmSN, gemmk1
@@ -68,9 +73,16 @@ PRECISION_PATTERNS = (
     ("tf32", re.compile(r"tensorop_s\d{3,5}gemm|tensorop.*_s\d{3,5}gemm_\d|s1688gemm_\d")),  # fp32-in TC = TF32
     ("fp32", re.compile(r"f32|fp32|float|sgemm|cgemm|scudnn|ffma", re.I)),  # fp32 (and complex fp32)
 )
-#: cuBLAS nvjet names carry their types as letters after the prefix: h = fp16, t = bf16 (tst/tss)
-NVJET = re.compile(r"^nvjet_(?P<a>[a-z])(?P<b>[a-z])(?P<c>[a-z])_")
-NVJET_PRECISION = {"h": "fp16", "t": "bf16", "q": "fp8", "e": "fp8", "i": "int8"}
+#: cuBLAS(Lt) "nvjet" GEMMs (Hopper and newer) spell their types as one letter each after the prefix and
+#: an optional architecture: ``nvjet_sm90_tst_128x256_...`` (H200, bf16 autocast), ``nvjet_hsh_...``.
+#: Three letters are <A/B inputs><compute/accumulate><D output>: ``tst`` = bf16 in, fp32 accumulate, bf16
+#: out; ``hsh`` = fp16 in, fp32 accumulate, fp16 out; five (fp8) are <A><B><C><compute><D>, e.g. ``qqtst``.
+#: The precision a GEMM computes in is its inputs', so the FIRST letter decides: h = fp16, t = bf16,
+#: s = fp32 inputs on tensor cores = TF32, d = fp64, q/e/o = fp8 (e4m3/e5m2), i = int8. The accumulate
+#: letter (s almost always) is not the compute precision. Verified on the H200: ``tst`` in bf16 runs only.
+NVJET = re.compile(r"^nvjet_(?:sm\d{2,3}[a-z]?_)?(?P<types>[a-z]{3,5})_")
+NVJET_PRECISION = {"h": "fp16", "t": "bf16", "s": "tf32", "d": "fp64", "q": "fp8", "e": "fp8", "o": "fp8",
+                   "i": "int8"}
 
 # -- architecture -------------------------------------------------------------------------------
 ARCH_PATTERNS = (
@@ -119,6 +131,8 @@ class KernelClass:
 
 
 def _kind(name: str) -> str:
+    if any(p.search(name) for p in NOT_CONV_PATTERNS):
+        return "other"
     if any(p.search(name) for p in CONV_PATTERNS):
         return "conv"
     if any(p.search(name) for p in GEMM_PATTERNS):
@@ -141,7 +155,7 @@ def kernel_arch(name: str) -> int | None:
 def kernel_precision(name: str) -> str | None:
     m = NVJET.match(name)
     if m:
-        return NVJET_PRECISION.get(m.group("a"), "tf32" if m.group("a") == "s" else None)
+        return NVJET_PRECISION.get(m.group("types")[0])
     for precision, pattern in PRECISION_PATTERNS:
         if pattern.search(name):
             return precision

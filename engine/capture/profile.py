@@ -21,6 +21,7 @@ way with the CPU part kept.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 import threading
@@ -32,6 +33,10 @@ import torch
 from torch import nn
 
 from engine.capture.trace import MODULE_PREFIX, RUN_RANGE, STAGE_PREFIX, Trace, parse_chrome_trace
+
+log = logging.getLogger(__name__)
+#: profiled runs tried when the profiler writes a malformed trace (seen once with a busy Qt thread beside it)
+EXPORT_ATTEMPTS = 2
 
 
 @dataclass
@@ -232,7 +237,7 @@ def capture_run(
         result.error = f"the run failed before the capture: {type(exc).__name__}: {exc}"
         return result
     try:
-        from torch.profiler import ProfilerActivity, profile
+        from torch.profiler import ProfilerActivity
     except Exception as exc:  # a torch built without the profiler
         result.error = f"torch.profiler is unavailable: {type(exc).__name__}: {exc}"
         return result
@@ -240,6 +245,30 @@ def capture_run(
     activities = [ProfilerActivity.CPU]
     if use_cuda:
         activities.append(ProfilerActivity.CUDA)
+    for _attempt in range(EXPORT_ATTEMPTS):
+        error = _profiled_run(run_once, device, activities, paths, with_stack, result)
+        if error is None or not isinstance(error, json.JSONDecodeError):
+            break
+        log.warning("the profiler wrote a malformed trace (%s); capturing again", error)
+    if error is not None:
+        result.trace = None
+        result.chrome = None
+        cause = error.cause if isinstance(error, _RunFailed) else error
+        what = "the captured run failed" if isinstance(error, _RunFailed) else "the profiler capture failed"
+        result.error = f"{what}: {type(cause).__name__}: {cause}"
+        return result
+    assert result.trace is not None
+    if use_cuda and not result.trace.kernels and not result.trace.runtime:
+        result.error = ("the capture recorded no CUDA activity (CUPTI unavailable or blocked?): "
+                        "only CPU-side data is shown")
+    return result
+
+
+def _profiled_run(run_once: Callable[[], Any], device: torch.device, activities: list[Any],
+                  paths: Any, with_stack: bool, result: CaptureResult) -> Exception | None:
+    """One run under the profiler into ``result`` (wall time, chrome trace, parsed trace); the error, if any."""
+    from torch.profiler import profile
+
     instrumentation = _Instrumentation(paths)
     try:
         with profile(activities=activities, record_shapes=True, with_stack=with_stack,
@@ -261,16 +290,8 @@ def capture_run(
         result.trace = parse_chrome_trace(result.chrome)
     except Exception as exc:
         instrumentation.remove()
-        result.trace = None
-        result.chrome = None
-        cause = exc.cause if isinstance(exc, _RunFailed) else exc
-        what = "the captured run failed" if isinstance(exc, _RunFailed) else "the profiler capture failed"
-        result.error = f"{what}: {type(cause).__name__}: {cause}"
-        return result
-    if use_cuda and not result.trace.kernels and not result.trace.runtime:
-        result.error = ("the capture recorded no CUDA activity (CUPTI unavailable or blocked?): "
-                        "only CPU-side data is shown")
-    return result
+        return exc
+    return None
 
 
 def tracker_roots(tracker: Any) -> dict[str, nn.Module]:

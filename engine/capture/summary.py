@@ -135,16 +135,32 @@ class Counts:
 
 @dataclass(frozen=True)
 class Shares:
-    """How much of the run is attributed to a named module or forward body."""
+    """How much of the captured run is attributed to a named module or forward body.
 
-    kernel_named: float | None = None  # share of GPU kernel time
-    wall_named: float | None = None  # share of the main thread's wall time
+    "Named" means a real module path (``updater.blocks.2.attn.qkv``) or a ``(forward body of PATH)``
+    bucket; "(stage body)", "(outside stages)" and "(unattributed)" are not named. Denominators differ:
+
+    - ``kernel_named``: named GPU kernel time / all GPU kernel time of the run window (kernels go to the
+      bucket of the host call that launched them).
+    - ``wall_named``: named main-thread wall / the WHOLE run window, trackscope's own session time
+      included: its upload/download/decode stages and its loop between stages ("(outside stages)"). On a
+      plugin tracker that is a floor, not the tracker's figure (deep_nested on the H200: 62 %).
+    - ``wall_attributed``: wall inside any stage, module or forward body / the run window, i.e. all but
+      the session's loop between stages.
+    - ``wall_named_of_tracker``: named wall in the tracker's own stages / the tracker's own time, the run
+      window less the adapter stages (upload, download, decode) and the session's loop. This is the figure
+      for the issue's ">= 90 % of wall time attributed to a named module or forward body", since the
+      session's upload, download and loop are not the tracker's (deep_nested on the H200: 100 %). A
+      tracker with declared stages but no module hooks (CorrTrack) has 0 here: its work is "(stage body)".
+    - ``kernel_ms_named`` / ``wall_ms_named``: the numerators in ms (wall_ms_named over all stages).
+    """
+
+    kernel_named: float | None = None
+    wall_named: float | None = None
     kernel_ms_named: float = 0.0
     wall_ms_named: float = 0.0
-    wall_attributed: float | None = None  # share of wall in a named module, forward body or stage
-    wall_named_of_tracker: float | None = None  # named share of the tracker's own time: the run less the
-    #                                             adapter's stages (upload, download, decode) and the time
-    #                                             outside every stage and module (the session's loop)
+    wall_attributed: float | None = None
+    wall_named_of_tracker: float | None = None
 
 
 @dataclass(frozen=True)
@@ -373,10 +389,12 @@ def _build(att: Attribution, base: dict[str, Any], precision: str, capability: t
     outside = att.buckets.get((OUTSIDE_STAGES, OUTSIDE_STAGES), Bucket()).wall_us
     adapter = sum(b.wall_us for (stage, _), b in att.buckets.items() if stage in ADAPTER_STAGES)
     tracker_wall = att.wall_us - outside - adapter
+    named_tracker = sum(b.wall_us for (stage, m), b in att.buckets.items()
+                        if m not in UNNAMED and stage not in ADAPTER_STAGES)
     shares = Shares(named_kernel / total.kernel_us if total.kernel_us else None,
                     named_wall / att.wall_us if att.wall_us else None, _ms(named_kernel), _ms(named_wall),
                     (att.wall_us - outside) / att.wall_us if att.wall_us else None,
-                    min(1.0, named_wall / tracker_wall) if tracker_wall > 0 else None)
+                    min(1.0, named_tracker / tracker_wall) if tracker_wall > 0 else None)
     sites = tuple(SyncSite(s, int(c), _ms(us)) for s, (c, us) in
                   sorted(att.sync_sites.items(), key=lambda kv: -kv[1][0])[:TOP_SITES])
     fp32 = ()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from engine.cli.common import check_output_folder
 from engine.core.errors import UserError
 
 MAX_SIZE = 4096
@@ -35,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--size must be even (mp4 codecs need even frame sizes), got {args.size}")
     if args.outdir.exists() and not args.outdir.is_dir():
         raise UserError(f"{args.outdir}: exists and is not a folder")
+    check_output_folder(args.outdir, "OUTDIR")  # before any work: a missing parent or a read-only place
     cfg = SynthConfig(num_frames=args.frames, height=args.size, width=args.size, num_points=args.points,
                       query_first_frame_only=args.first_frame_queries)
     try:

@@ -6,7 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from engine.cli.common import Progress, add_run_arguments, config_from_args
+from engine.cli.common import (
+    Progress,
+    add_run_arguments,
+    check_distinct_outputs,
+    check_output_path,
+    config_from_args,
+)
 from engine.core.errors import UserError
 from engine.io.geometry import VideoGeometry
 from engine.io.trackio import grid_queries, read_queries_csv, save_tracks
@@ -20,6 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--grid", type=int, metavar="K", help="a K x K grid of queries on frame 0")
     p.add_argument("--out", type=Path, required=True, metavar="OUT.npz", help="tracks NPZ (or .csv)")
     p.add_argument("--report", type=Path, metavar="REPORT.json", help="also write a run report")
+    p.add_argument("--max-frames", type=int, metavar="N",
+                   help="track only the first N frames (long videos: decoded frames and the tracker's memory grow "
+                        "with the frame count)")
     p.add_argument("--deep", action="store_true",
                    help="after the run, capture one more warm run under torch.profiler: per stage and module, "
                         "kernels, syncs, copies, findings; into the report, trace beside it (REPORT.trace.json.gz)")
@@ -28,23 +37,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from engine.io.video import open_video
+    from engine.run.memory import check_host_memory, estimate_host_bytes
     from engine.trackers import load_tracker
 
     config = config_from_args(args)
-    if args.out.suffix.lower() not in (".npz", ".csv"):
-        raise UserError(f"--out {args.out}: must end in .npz or .csv")
-    if not args.out.parent.exists():
-        raise UserError(f"--out {args.out}: folder {args.out.parent} does not exist")
+    check_output_path(args.out, "--out", (".npz", ".csv"))  # before any work: exit 2 with the reason
+    if args.report is not None:
+        check_output_path(args.report, "--report")
+    check_distinct_outputs(("--out", args.out), ("--report", args.report))
+    if args.max_frames is not None and args.max_frames < 1:
+        raise UserError(f"--max-frames must be at least 1, got {args.max_frames}")
+    queries = read_queries_csv(args.queries) if args.queries is not None else None
     with open_video(args.video) as reader:
-        frames = reader.read()
+        if queries is None:
+            queries = grid_queries(args.grid, reader.info.width, reader.info.height)
+        claimed = reader.info.num_frames
+        stop = None if args.max_frames is None or args.max_frames >= claimed else args.max_frames
+        width, height = reader.output_size
+        check_host_memory(estimate_host_bytes(stop or claimed, width, height, len(queries), config.tracker),
+                          str(args.video))
+        frames = reader.read(0, stop)
         info = {**reader.info.to_dict(), "warnings": list(reader.warnings)}
         geometry = VideoGeometry.from_info(reader.info, frames)
+    info["num_frames"] = len(frames)
+    check_host_memory(estimate_host_bytes(len(frames), width, height, len(queries), config.tracker),
+                      str(args.video), frames_held=True)
     for w in info["warnings"]:
         print(f"trackscope track: warning: {w}", file=sys.stderr)
-    if args.queries is not None:
-        queries = read_queries_csv(args.queries)
-    else:
-        queries = grid_queries(args.grid, info["width"], info["height"])
     # --deep captures more runs of the same tracker instance: its modules are the capture's roots
     tracker = load_tracker(config.tracker) if args.deep else None
     session = Session(frames, queries, config, tracker=tracker, video_info=info, geometry=geometry)

@@ -8,8 +8,14 @@ Frame count policy: containers can lie about how many frames they hold. We trust
 ``CAP_PROP_FRAME_COUNT`` when it is a plausible positive number (so opening stays cheap) and correct it
 on read: a stream that ends early is truncated to what decoded (with a warning naming where it stopped),
 and a read to the end that finds more frames than claimed keeps them (with a warning). When the count is
-0, negative, NaN or absurd, the video is counted by decoding it once at open (``grab()`` only, no colour
-conversion). ``info.num_frames`` is updated whenever a read corrects it.
+0, negative, NaN or absurd (more frames than the file has bytes), the video is counted by decoding it once
+at open (``grab()`` only, no colour conversion). ``info.num_frames`` is updated whenever a read corrects it.
+
+Sizes are never trusted: ``read()`` grows its buffer as frames decode (it preallocates at most
+``PREALLOCATE_MAX_BYTES`` on the container's word) and stops with a VideoError past ``MAX_READ_FRAMES``
+frames or ``MAX_READ_BYTES`` decoded bytes. A frame that does not decode in the middle of a stream is
+replaced by the frame before it (a warning names it) and decoding goes on; only ``MAX_CORRUPT_RUN``
+failures in a row count as the end of the stream.
 
 Seeking: a start frame is reached by grabbing forward from the beginning (or from the current position
 of a still-open capture), never with ``CAP_PROP_POS_FRAMES``, whose accuracy depends on codec and keyframes.
@@ -29,6 +35,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from engine.core.atomic import atomic_path
 from engine.core.errors import VideoError
 from engine.io.geometry import VideoGeometry
 
@@ -39,6 +46,14 @@ IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
 DEFAULT_FPS = 24.0  # used when a container reports no usable frame rate, and for image folders
 DEFAULT_MAX_SIDE = 4096  # frames whose larger side exceeds this are resized down (or refused)
 MAX_PLAUSIBLE_FRAME_COUNT = 100_000_000  # a container count above this is treated as unknown
+MIN_CONTAINER_BYTES_PER_FRAME = 1  # a count claiming more frames than the file has bytes is treated as unknown
+MAX_READ_FRAMES = 200_000  # most frames read() decodes in one call
+MAX_READ_BYTES = 32 * 1024**3  # most decoded bytes (uint8 RGB) read() holds in one call
+PREALLOCATE_MAX_BYTES = 1024**3  # read() preallocates at most this on the container's claimed count; grows after
+MAX_CORRUPT_RUN = 16  # this many undecodable frames in a row end the stream; fewer are repeated over
+MAX_CORRUPT_WARNINGS = 10  # corrupt frames named one by one in the warnings; the rest are counted
+MAX_RESIZE_SIDE = 16384  # largest width or height read() resizes to, px
+RANGE_HINT = "read a frame range: VideoReader.read(start, stop), or `trackscope track --max-frames N`"
 HUGE_POLICIES = ("resize", "refuse")
 WRITER_FOURCC = {
     ".mp4": "mp4v",
@@ -128,6 +143,8 @@ def _check_size(size: tuple[int, int] | None) -> tuple[int, int] | None:
         raise VideoError(f"resize size must be two integers (width, height), got {size!r}") from None
     if width < 1 or height < 1:
         raise VideoError(f"resize size must be positive, got {width}x{height}")
+    if max(width, height) > MAX_RESIZE_SIDE:
+        raise VideoError(f"resize size {width}x{height} is over the limit of {MAX_RESIZE_SIDE} px per side")
     return width, height
 
 
@@ -259,6 +276,7 @@ class VideoReader:
         self.info = info
         self.warnings = warnings
         self.max_side = max_side
+        self.corrupt_frames: list[int] = []  # indices of frames that did not decode, replaced on read
         self._closed = False
 
     # -- public -------------------------------------------------------------------------------
@@ -274,24 +292,55 @@ class VideoReader:
         return VideoGeometry(self.info.width, self.info.height, *self.output_size)
 
     def read(
-        self, start: int = 0, stop: int | None = None, size: tuple[int, int] | None = None
+        self,
+        start: int = 0,
+        stop: int | None = None,
+        size: tuple[int, int] | None = None,
+        max_frames: int = MAX_READ_FRAMES,
+        max_bytes: int = MAX_READ_BYTES,
     ) -> np.ndarray:
-        """Decode frames [start, stop) -> uint8 [T, H, W, 3] RGB; size=(width, height) resizes."""
+        """Decode frames [start, stop) -> uint8 [T, H, W, 3] RGB; size=(width, height) resizes.
+
+        The buffer grows as frames decode; more than ``max_frames`` frames or ``max_bytes`` decoded bytes
+        is a VideoError (before the memory is taken), whatever the container claims.
+        """
         start, stop = self._check_range(start, stop)
         out_w, out_h = _check_size(size) or self.output_size
+        frame_bytes = out_w * out_h * 3
+        limit = min(max_frames, max_bytes // frame_bytes)
         expected = (stop if stop is not None else self.info.num_frames) - start
-        out = np.empty((max(expected, 0), out_h, out_w, 3), dtype=np.uint8)
-        extra: list[np.ndarray] = []  # frames past a container's (under)stated count
+        if stop is not None and expected > limit:  # an explicit range: refuse before decoding
+            self._over_limit(expected, limit, frame_bytes, max_frames, max_bytes, start)
+        capacity = max(1, min(expected, limit, PREALLOCATE_MAX_BYTES // frame_bytes))
+        out = self._allocate(capacity, out_w, out_h)
         count = 0
         for frame in self.iter_frames(start, stop, size):
-            if count < len(out):
-                out[count] = frame
-            else:
-                extra.append(frame)
+            if count == limit:
+                self._over_limit(count + 1, limit, frame_bytes, max_frames, max_bytes, start)
+            if count == len(out):  # the container said fewer: grow (x2, within the limit)
+                grown = self._allocate(min(2 * len(out), limit), out_w, out_h)
+                grown[:count] = out
+                out = grown
+            out[count] = frame
             count += 1
-        if extra:
-            return np.concatenate([out, np.stack(extra)])
         return out[:count]
+
+    def _allocate(self, num_frames: int, width: int, height: int) -> np.ndarray:
+        """uint8 [num_frames, height, width, 3], or a VideoError when the host cannot hold it."""
+        try:
+            return np.empty((num_frames, height, width, 3), dtype=np.uint8)
+        except MemoryError:
+            raise VideoError(f"{self.info.path}: not enough host memory for {num_frames} frames of "
+                             f"{width}x{height} ({num_frames * width * height * 3 / 2**30:.2f} GiB)",
+                             RANGE_HINT) from None
+
+    def _over_limit(self, at_least: int, limit: int, frame_bytes: int, max_frames: int, max_bytes: int,
+                    start: int) -> None:
+        """VideoError: a read of at least ``at_least`` frames is over the frame or byte limit."""
+        which = (f"{max_frames} frames" if limit == max_frames
+                 else f"{max_bytes / 2**30:g} GiB of decoded frames ({limit} frames of {frame_bytes / 2**20:.1f} MiB)")
+        raise VideoError(f"{self.info.path}: {at_least if at_least > limit else 'more than ' + str(limit)} frames "
+                         f"from frame {start} are over the read limit of {which}", RANGE_HINT)
 
     def iter_frames(
         self, start: int = 0, stop: int | None = None, size: tuple[int, int] | None = None
@@ -361,17 +410,30 @@ class VideoReader:
             ) from None
         pos = start
         finished = False
+        corrupt: list[int] = []  # undecodable frames waiting for the next good one
+        last: np.ndarray | None = None
         try:
             while stop is None or pos < stop:
                 ok, frame = cap.read()
                 if not ok or frame is None:
-                    break
+                    if len(corrupt) >= MAX_CORRUPT_RUN or (stop is None and pos >= claimed):
+                        break
+                    corrupt.append(pos)  # maybe one bad frame: look further before calling it the end
+                    pos += 1
+                    continue
                 if frame.shape[:2] != (self.info.height, self.info.width):  # resized to size below
                     h, w = frame.shape[:2]
                     self._warn(f"frame {pos} is {w}x{h}, not the first frame's size")
+                rgb = _to_rgb_uint8(frame, self.info.path)
+                for index in corrupt:
+                    self._corrupt(index, last is not None)
+                    yield last if last is not None else rgb
+                corrupt.clear()
                 pos += 1
-                yield _to_rgb_uint8(frame, self.info.path)
-            finished = True
+                last = rgb
+                yield rgb
+            pos -= len(corrupt)  # failures with no good frame after them: the stream ends there
+            finished = not corrupt
         finally:
             if finished and (stop is None or pos == stop):
                 source.give_back(cap, pos)
@@ -387,6 +449,15 @@ class VideoReader:
                     f"{self.info.path}: no readable frames from frame {start}; "
                     f"the stream is truncated or corrupt at frame {pos}"
                 )
+
+    def _corrupt(self, index: int, repeated: bool) -> None:
+        """Record that frame ``index`` did not decode and what stands in its place."""
+        self.corrupt_frames.append(index)
+        if len(self.corrupt_frames) <= MAX_CORRUPT_WARNINGS:
+            instead = f"repeated frame {index - 1}" if repeated else "used the next decodable frame"
+            self._warn(f"frame {index} is corrupt (does not decode); {instead} in its place")
+        elif len(self.corrupt_frames) == MAX_CORRUPT_WARNINGS + 1:
+            self._warn(f"more than {MAX_CORRUPT_WARNINGS} corrupt frames; the rest are replaced without a warning")
 
     def _truncated(self, at: int, claimed: int) -> None:
         """Record that the stream stops at frame `at` and correct the frame count."""
@@ -445,11 +516,15 @@ def _open_file(path: Path) -> tuple[_CaptureSource, VideoInfo, list[str]]:
             raise VideoError(f"{path}: no decodable frames (container claims {int(claimed)}); corrupt stream")
         raise VideoError(f"{path}: video contains no frames")
     source.give_back(cap, 1)
-    if math.isfinite(claimed) and 0 < claimed <= MAX_PLAUSIBLE_FRAME_COUNT:
+    file_bytes = path.stat().st_size
+    if math.isfinite(claimed) and 0 < claimed <= min(MAX_PLAUSIBLE_FRAME_COUNT,
+                                                     file_bytes / MIN_CONTAINER_BYTES_PER_FRAME):
         num_frames = int(claimed)
     else:
         num_frames = _count_by_decoding(source)
-        warnings.append(f"container has no usable frame count; counted {num_frames} frames by decoding")
+        said = f"claims {claimed:.0f} frames in {file_bytes} bytes" if math.isfinite(claimed) and claimed > 0 \
+            else "has no usable frame count"
+        warnings.append(f"container {said}; counted {num_frames} frames by decoding")
     if not (math.isfinite(fps) and fps > 0):
         warnings.append(f"container reports no frame rate ({fps}); assuming {DEFAULT_FPS:g} fps")
         fps = DEFAULT_FPS
@@ -511,7 +586,11 @@ def _check_frames(frames: np.ndarray, path: Path) -> np.ndarray:
 
 
 def write_video(path: str | Path, frames: np.ndarray, fps: float = DEFAULT_FPS) -> None:
-    """Write uint8 [T, H, W, 3] RGB frames: .mp4/.mov/.m4v as mp4v, .avi/.mkv as MJPG, .webm as VP8."""
+    """Write uint8 [T, H, W, 3] RGB frames: .mp4/.mov/.m4v as mp4v, .avi/.mkv as MJPG, .webm as VP8.
+
+    Atomic (temp file beside it, renamed into place) and read back before the rename: a write that the
+    disk cut short is a VideoError and leaves any previous file intact.
+    """
     path = Path(path)
     fourcc = WRITER_FOURCC.get(path.suffix.lower())
     if fourcc is None:
@@ -527,9 +606,17 @@ def write_video(path: str | Path, frames: np.ndarray, fps: float = DEFAULT_FPS) 
         )
     if not path.parent.is_dir():
         raise VideoError(f"{path}: folder {path.parent} does not exist")
-    writer = cv2.VideoWriter(
-        str(path), _capture_backend(), cv2.VideoWriter_fourcc(*fourcc), float(fps), (width, height)
-    )
+    try:
+        with atomic_path(path) as tmp:  # a full disk or a signal leaves any previous file as it was
+            _write_frames(tmp, path, frames, fourcc, float(fps))
+    except OSError as exc:
+        raise VideoError(f"{path}: cannot write the video: {exc.strerror or exc}") from exc
+
+
+def _write_frames(tmp: Path, path: Path, frames: np.ndarray, fourcc: str, fps: float) -> None:
+    """Encode frames into tmp and check that what was written opens with every frame (else VideoError)."""
+    height, width = frames.shape[1:3]
+    writer = cv2.VideoWriter(str(tmp), _capture_backend(), cv2.VideoWriter_fourcc(*fourcc), fps, (width, height))
     if not writer.isOpened():
         writer.release()
         raise VideoError(f"{path}: cannot open a {fourcc} video writer")
@@ -538,8 +625,18 @@ def write_video(path: str | Path, frames: np.ndarray, fps: float = DEFAULT_FPS) 
             writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
     finally:
         writer.release()
-    if not path.is_file() or path.stat().st_size == 0:
-        raise VideoError(f"{path}: the video writer produced no file")
+    if not tmp.is_file() or tmp.stat().st_size == 0:
+        raise VideoError(f"{path}: the video writer produced no file (is the disk full?)")
+    check = _open_capture(str(tmp))  # OpenCV's writer reports no I/O errors: read the result back
+    try:
+        written = check.get(cv2.CAP_PROP_FRAME_COUNT) if check.isOpened() else 0
+    finally:
+        check.release()
+    if not (math.isfinite(written) and written > 0):
+        raise VideoError(f"{path}: the written video cannot be read back (is the disk full?); nothing was saved")
+    if written != len(frames):
+        raise VideoError(f"{path}: the written video holds {written:.0f} of {len(frames)} frames "
+                         "(is the disk full?); nothing was saved")
 
 
 def write_images(folder: str | Path, frames: np.ndarray, ext: str = ".png") -> list[Path]:

@@ -51,20 +51,36 @@ class _Shared:
     pending: dict[str, Any] = field(default_factory=dict)
 
 
+#: words of torch's (and the C++ allocators') host out-of-memory errors, lower case
+HOST_OOM_WORDS = ("defaultcpuallocator: can't allocate memory", "can't allocate memory", "cannot allocate memory",
+                  "std::bad_alloc")
+
+
+def _is_host_oom(exc: BaseException) -> bool:
+    """A host (CPU RAM) allocation failure: MemoryError, or torch's CPU allocator refusing."""
+    if isinstance(exc, MemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and any(w in str(exc).lower() for w in HOST_OOM_WORDS)
+
+
 def _is_oom(exc: BaseException) -> bool:
-    if isinstance(exc, torch.cuda.OutOfMemoryError):
+    """Device or host out of memory."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError) or _is_host_oom(exc):
         return True
     return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
 
 
-def oom_error(config: RunConfig, device: str) -> OutOfMemory:
+def oom_error(config: RunConfig, device: str, host: bool = False) -> OutOfMemory:
+    """OutOfMemory naming what ran out (``device``, or host memory) and the batch sizes to lower."""
     half_p = max(1, config.points_per_batch // 2)
     half_f = max(1, config.frames_per_batch // 2)
+    what = "host memory (RAM)" if host else device
+    more = ", or track fewer frames (a shorter clip, --max-frames N)" if host else ""
     return OutOfMemory(
-        f"{device} ran out of memory with {config.points_per_batch} points per batch and "
+        f"{what} ran out of memory with {config.points_per_batch} points per batch and "
         f"{config.frames_per_batch} frames per batch",
         f"lower points per batch to {half_p} (--points-per-batch {half_p}) "
-        f"or frames per batch to {half_f} (--frames-per-batch {half_f})",
+        f"or frames per batch to {half_f} (--frames-per-batch {half_f}){more}",
     )
 
 
@@ -254,7 +270,7 @@ class Session:
                 run.prepared = None
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
-                raise oom_error(config, device_name(device)) from exc
+                raise oom_error(config, device_name(device), host=_is_host_oom(exc)) from exc
             raise TrackerError(
                 f"tracker {tracker.name!r} failed on points {start}-{stop - 1}: {type(exc).__name__}: {exc}",
                 "check the tracker's code, or choose another tracker",
@@ -266,6 +282,7 @@ class Session:
             raise TrackerError(
                 f"tracker {tracker.name!r} returned tracks of shape {result.tracks.shape}, expected {expected}"
             )
+        _check_finite(tracker.name, start, stop, result.tracks)
         batch_tracks = run.geometry.to_source(result.tracks)
         run.tracks[start:stop] = batch_tracks
         run.visible[start:stop] = result.visible
@@ -358,3 +375,14 @@ def _check_queries(queries: np.ndarray, num_frames: int, geometry: VideoGeometry
         x, y = queries[i, 1], queries[i, 2]
         width, height = geometry.source_size
         raise QueryError(f"query {i} at ({x:g}, {y:g}) lies outside the {width}x{height} frame")
+
+
+def _check_finite(name: str, start: int, stop: int, tracks: np.ndarray) -> None:
+    """TrackerError naming the tracker and the count when a batch's tracks hold NaN or infinite values."""
+    bad = int(np.count_nonzero(~np.isfinite(np.asarray(tracks, dtype=np.float64))))
+    if bad:
+        raise TrackerError(
+            f"tracker {name!r} returned {bad} NaN or infinite track value(s) of {np.size(tracks)} "
+            f"for points {start}-{stop - 1}",
+            "check the tracker's code, or choose another tracker",
+        )

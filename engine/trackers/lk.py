@@ -81,6 +81,7 @@ class LKTracker(Tracker):
             "min_eig": self.min_eig,
             "max_patch_error": self.max_patch_error,
             "opencv": cv2.__version__,
+            "tunable": [],  # OpenCV on the CPU: precision and batch sizes change nothing it computes
         }
 
     def prepare(self, frames: np.ndarray, ctx: RunContext) -> PreparedVideo:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.analysis.tradeoff import speedup_over
 from engine.core.config import PRECISIONS, RunConfig
 from engine.core.errors import UserError
 from engine.core.units import ms_value
@@ -240,8 +241,8 @@ class Bench:
             final = recorder.final
             self._fp32[key] = (row, (final.tracks, final.visible) if final is not None else None)
             row.speedup = 1.0
-        elif key in self._fp32 and self._fp32[key][0].ms_median and row.ms_median:
-            row.speedup = self._fp32[key][0].ms_median / row.ms_median
+        elif key in self._fp32:  # the trade-off model's baseline: fp32 at the same batch sizes
+            row.speedup = speedup_over(self._fp32[key][0].ms_median, row.ms_median)
         self.reports.append(report)
         return row
 

@@ -3,7 +3,7 @@
 | factory          | planted problem                                                     | rule           |
 | item_per_point   | a ``.item()`` per point inside a nested module's forward            | host_sync      |
 | cpu_round_trip   | an FFT on the host: ``.cpu()``, CPU ``torch.fft``, ``.to(device)``  | cpu_round_trip |
-| fp32_grid_sample | grid_sample on float32 features (stays fp32 under autocast)         | fp32_under_autocast |
+| fp32_grid_sample | windowed grid_sample of float32 features, 4 iterations             | fp32_under_autocast |
 | deep_nested      | work in forward bodies and modules 3-4 deep (``updater.blocks.2``)  | attribution    |
 | tiny_kernels     | (from ``pathological``) thousands of tiny launches                  | launch_bound_capture |
 
@@ -24,6 +24,8 @@ HIDDEN = 32  # width of the deep-nested updater's tokens
 BLOCKS = 4  # updater blocks
 HEADS = 2
 SAMPLE_LINEARS = 3
+SAMPLE_RADIUS = 7  # fp32_grid_sample's window radius in feature cells (15x15 window)
+SAMPLE_ITERATIONS = 4  # its refinement iterations, one grid_sample each
 
 
 def _seeded(module: nn.Module, seed: int) -> nn.Module:
@@ -114,15 +116,41 @@ class Projector(nn.Module):
 
 
 class Sampler(nn.Module):
-    """Bilinear sampling of float32 features at every track position (autocast keeps it in fp32)."""
+    """Local correlation refinement on float32 features, as point trackers do: per iteration, every point
+    samples a (2r+1)^2 window of the feature map around its position in every frame (bilinear
+    ``grid_sample``, which stays float32 under autocast because its input is float32), correlates the window
+    with its query feature and moves to the window's soft-argmax.
 
-    def forward(self, feats: torch.Tensor, tracks: torch.Tensor) -> torch.Tensor:
-        """feats [T, C, h, w] float32, tracks [N, T, 2] pixels -> samples [N, T, C]."""
+    Its weight is planted: at 47x256x256 and 256 queries (64x64 feature cells) it samples
+    47 * 256 * 15^2 * 16 values ``SAMPLE_ITERATIONS`` times (~170 M values; the H200 samples ~85 G/s single
+    channel in CorrTrack's polish) so that the fp32 ``grid_sampler`` kernel is a sizeable share of the run,
+    like the peers' 9-21 ms; the window shrinks with the feature map (3x3 at 8x8 cells), so tiny CPU
+    videos stay fast. ``padding_mode="border"`` keeps it on ATen's ``grid_sampler_2d_kernel`` as in the
+    peers and CorrTrack (zeros + align_corners would go to cuDNN's ``bilinear_sampler_fw_4d``)."""
+
+    def forward(self, feats: torch.Tensor, tracks: torch.Tensor, qfeat: torch.Tensor) -> torch.Tensor:
+        """feats [T, C, h, w] float32, tracks [N, T, 2] px, qfeat [N, C] -> refined tracks [N, T, 2] px."""
         t, c, h, w = feats.shape
-        grid = tracks.transpose(0, 1).float() / FEATURE_STRIDE  # [T, N, 2] in cells
-        grid = torch.stack([grid[..., 0] / max(1, w - 1), grid[..., 1] / max(1, h - 1)], -1) * 2 - 1
-        out = nn.functional.grid_sample(feats.float(), grid[:, :, None].float(), align_corners=True)  # [T,C,N,1]
-        return out[..., 0].permute(2, 0, 1)
+        r = window_radius(h, w)
+        size = 2 * r + 1
+        offs = torch.arange(-r, r + 1, device=feats.device, dtype=torch.float32)
+        oy, ox = torch.meshgrid(offs, offs, indexing="ij")
+        window = torch.stack([ox, oy], -1).reshape(1, 1, size * size, 2)  # cells
+        scale = torch.tensor([2.0 / max(1, w - 1), 2.0 / max(1, h - 1)], device=feats.device)
+        q = qfeat.float().t()[None, :, :, None]  # [1, C, N, 1]
+        pos = tracks.transpose(0, 1).float() / FEATURE_STRIDE  # [T, N, 2] cells
+        for _ in range(SAMPLE_ITERATIONS):
+            grid = (pos[:, :, None] + window) * scale - 1  # [T, N, K, 2]
+            out = nn.functional.grid_sample(feats.float(), grid, padding_mode="border",  # [T, C, N, K] float32
+                                            align_corners=True)
+            weight = torch.softmax((out * q).sum(1), dim=-1)  # [T, N, K] local correlation
+            pos = pos + (weight[..., None] * window[0]).sum(2)
+        return pos.transpose(0, 1) * FEATURE_STRIDE
+
+
+def window_radius(h: int, w: int) -> int:
+    """The sampling window's radius in feature cells: SAMPLE_RADIUS, less on small feature maps."""
+    return max(1, min(SAMPLE_RADIUS, min(h, w) // 8))
 
 
 class Fp32GridSample(nn.Module):
@@ -135,8 +163,10 @@ class Fp32GridSample(nn.Module):
     def forward(self, frames: torch.Tensor, queries: torch.Tensor):
         feats = self.features(frames)
         tracks, visible = match(feats, query_features(feats, queries))
-        samples = self.project(self.sampler(feats, tracks))  # [N, T, C]
-        return tracks + 0.0 * samples[..., :2].float(), visible
+        qfeat = query_features(feats, queries)
+        refined = self.sampler(feats, tracks, qfeat)  # [N, T, 2]
+        shift = self.project(qfeat.float())[:, None, :2].float()  # linears: autocast casts them, no finding
+        return refined + 0.0 * shift, visible
 
 
 # -- deep_nested -----------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ DEFAULT_WEIGHTS = RESOURCES / "corrtrack.safetensors"
 MANIFEST_FORMAT = "trackscope-corrtrack-weights"
 MANIFEST_VERSION = 1
 HASH_CHUNK_BYTES = 1 << 20
-RETRAIN_HINT = "reinstall trackscope, or retrain with `trackscope train` and point --weights at the result"
+RETRAIN_HINT = "reinstall trackscope, or retrain with `trackscope train` and ship the result (weights.ship)"
 
 
 def manifest_path(weights: Path) -> Path:
@@ -79,6 +79,7 @@ def load_model(weights: Path | str | None = None, device: torch.device | str = "
         raise TrackerError(f"CorrTrack weights {path} cannot be read as safetensors: {exc}", RETRAIN_HINT) from exc
     model = CorrTrackNet(cfg)
     check_state(model, state, path)
+    check_finite(state, path)
     model.load_state_dict(state)
     if count_parameters(model) != int(manifest["parameters"]):
         raise TrackerError(f"CorrTrack weights {path}: {count_parameters(model)} parameters, manifest says "
@@ -98,6 +99,16 @@ def check_state(model: CorrTrackNet, state: dict[str, torch.Tensor], path: Path 
         if tuple(state[name].shape) != tuple(tensor.shape):
             raise TrackerError(f"CorrTrack weights {path}: {name} has shape {tuple(state[name].shape)}, "
                                f"the network needs {tuple(tensor.shape)}", RETRAIN_HINT)
+
+
+def check_finite(state: dict[str, torch.Tensor], path: Path | str) -> None:
+    """Raise TrackerError naming the first tensor that holds NaN or infinite values, and how many."""
+    for name, tensor in state.items():
+        if tensor.is_floating_point() or tensor.is_complex():
+            bad = int((~torch.isfinite(tensor)).sum())
+            if bad:
+                raise TrackerError(f"CorrTrack weights {path}: {name} holds {bad} NaN or infinite value(s)",
+                                   RETRAIN_HINT)
 
 
 def save_model(model: CorrTrackNet, path: Path | str, extra: dict[str, Any] | None = None) -> dict[str, Any]:

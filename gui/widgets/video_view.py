@@ -18,8 +18,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.io.geometry import VideoGeometry
-from gui.transport import Transport
+from engine.api import VideoGeometry
+from gui.widgets.transport import Transport
 
 #: colours per track, cycled (a qualitative palette that reads on video)
 PALETTE = [
@@ -280,6 +280,10 @@ class VideoView(QWidget):
     def set_queries(self, queries: np.ndarray) -> None:
         self.queries = np.asarray(queries, np.float32).reshape(-1, 3)
         self.redraw()
+
+    def set_click_adds_queries(self, on: bool) -> None:
+        """Whether a left click on the video adds a query."""
+        self.click_adds_queries = bool(on)
 
     def set_tracks(self, tracks: np.ndarray | None, visible: np.ndarray | None) -> None:
         """Tracks float32 [N, T, 2] (NaN where not computed yet) and visibility bool [N, T]."""

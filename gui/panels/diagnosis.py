@@ -31,9 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.analysis.whatif import project
-from engine.core.errors import UserError
-from engine.telemetry import specs
+from engine.api import UserError, project, specs
 
 SEVERITY_COLOURS = {"critical": "#d32f2f", "warning": "#ef8a00", "info": "#1e88e5"}
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}

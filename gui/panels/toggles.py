@@ -10,31 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QSpinBox, QWidget
 
-from engine.core.config import PRECISIONS, RunConfig
-from engine.core.precision import gate
-from engine.trackers import available_trackers
+from engine.api import PRECISIONS, RunConfig, available_trackers, device_choices, precision_gates
 
 MAX_POINTS_PER_BATCH = 65536
 MAX_FRAMES_PER_BATCH = 4096
-
-
-def device_choices() -> list[str]:
-    """auto, cpu, and each CUDA device torch sees."""
-    out = ["auto", "cpu"]
-    if torch.cuda.is_available():
-        out += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-    return out
-
-
-def _resolved(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 class TogglesPanel(QWidget):
@@ -113,17 +96,16 @@ class TogglesPanel(QWidget):
 
     def _update_gates(self, device: str) -> None:
         """Disable precision modes that cannot run on ``device``; reasons become tooltips."""
-        try:
-            dev = _resolved(device)
-        except RuntimeError:
+        resolved = precision_gates(device)
+        if resolved is None:
             return
         model = self.precision.model()
         assert isinstance(model, QStandardItemModel)
         for i, mode in enumerate(PRECISIONS):
-            g = gate(mode, dev)
+            g = resolved.gates[mode]
             item = model.item(i)
             item.setEnabled(g.runnable)
-            item.setToolTip(g.reason or f"{mode} runs natively on {dev}")
+            item.setToolTip(g.reason or f"{mode} runs natively on {resolved.device}")
             item.setData(g.reason, Qt.ItemDataRole.UserRole)
         current = self.precision.currentIndex()
         if current >= 0 and not model.item(current).isEnabled():

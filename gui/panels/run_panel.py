@@ -15,8 +15,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.core.config import RunConfig
-from gui.toggles import TogglesPanel
+from engine.api import RunConfig
+from gui.panels.toggles import TogglesPanel
 
 DEFAULT_GRID = 8
 MAX_GRID = 100

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -31,10 +31,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.analysis.metrics import Divergence, divergence, tapvid_metrics
-from gui.ab_parts import ResizeWatch, SideView
+from engine.api import Divergence, VideoGeometry, divergence, tapvid_metrics
 from gui.model import RunData
-from gui.transport import Transport
+from gui.panels.ab_parts import ResizeWatch, SideView
+from gui.widgets.transport import Transport
 
 #: colour scale of divergence: green (agree) -> yellow -> red (far apart)
 DIVERGENCE_COLOURS = [(40, 200, 70), (240, 215, 40), (230, 40, 40)]
@@ -75,6 +75,7 @@ class ABView(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.frames: np.ndarray | None = None  # uint8 [T, H, W, 3]
+        self.geometry = VideoGeometry.unscaled(1, 1)  # source vs frame pixels of ``frames``
         self.run_a: RunData | None = None
         self.run_b: RunData | None = None
         self.divergence: Divergence | None = None
@@ -185,14 +186,20 @@ class ABView(QWidget):
             return self.run_a.num_frames
         return 0
 
-    def set_frames(self, frames: np.ndarray | None) -> None:
-        """The video both runs tracked, uint8 [T, H, W, 3]."""
+    def set_frames(self, frames: np.ndarray | None, geometry: VideoGeometry | None = None) -> None:
+        """The video both runs tracked, uint8 [T, H, W, 3], placed in its source pixels (tracks are in them)."""
         self.frames = None if frames is None else np.ascontiguousarray(frames, dtype=np.uint8)
         if not self._user_split:
             self._size_splitter()
         self._arrange()
         self._update_slider()
         self._draw()
+        if self.frames is not None:  # after _draw: an ImageItem places its rect relative to the image it has
+            h, w = self.frames.shape[1:3]
+            self.geometry = geometry or VideoGeometry.unscaled(w, h)
+            sx, sy = self.geometry.scale
+            for side in (self.side_a, self.side_b):
+                side.image.setRect(QRectF(-0.5 * sx, -0.5 * sy, w * sx, h * sy))
         self.fit()
 
     def set_runs(self, a: RunData, b: RunData, ground_truth: dict[str, np.ndarray] | None = None) -> None:
@@ -249,7 +256,7 @@ class ABView(QWidget):
 
     def _video_size(self, run: RunData) -> tuple[int, int] | None:
         if self.frames is not None:
-            return int(self.frames.shape[2]), int(self.frames.shape[1])
+            return self.geometry.source_size
         video = (run.report or {}).get("video") or {}
         if video.get("width") and video.get("height"):
             return int(video["width"]), int(video["height"])
@@ -438,7 +445,7 @@ class ABView(QWidget):
     def fit(self) -> None:
         """Zoom both views to the whole frame."""
         if self.frames is not None:
-            h, w = self.frames.shape[1:3]
+            w, h = self.geometry.source_size
         elif self.run_a is not None:
             pts = self.run_a.tracks[np.isfinite(self.run_a.tracks).all(-1)]
             if not len(pts):

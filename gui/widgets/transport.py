@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QToolButton, QWidget
+from PySide6.QtGui import QIcon
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QStyle, QToolButton, QWidget
 
-PLAY_TEXT, PAUSE_TEXT = "▶", "⏸"
+#: the style's own media icons: a font may lack the pause glyph (U+23F8 drew as an empty box)
+PLAY_ICON, PAUSE_ICON = QStyle.StandardPixmap.SP_MediaPlay, QStyle.StandardPixmap.SP_MediaPause
 
 
 class Transport(QWidget):
@@ -18,7 +20,8 @@ class Transport(QWidget):
     def __init__(self, play_tip: str, step_tips: tuple[str, str], label_width: int,
                  parent: QWidget | None = None):
         super().__init__(parent)
-        self.play_button = QToolButton(text=PLAY_TEXT)
+        self.play_button = QToolButton()
+        self.play_button.setIcon(self.media_icon(PLAY_ICON))
         self.play_button.setToolTip(play_tip)
         self.play_button.setCheckable(True)
         self.back_button = QToolButton(text="◀|")
@@ -43,6 +46,10 @@ class Transport(QWidget):
         self.forward_button.clicked.connect(lambda: step(1))
         self.slider.valueChanged.connect(set_frame)
 
+    def media_icon(self, which: QStyle.StandardPixmap) -> QIcon:
+        """The style's play or pause icon."""
+        return self.style().standardIcon(which)
+
     def add(self, widget: QWidget) -> None:
         self.row.addWidget(widget)
 
@@ -63,5 +70,5 @@ class Transport(QWidget):
     def show_playing(self, playing: bool) -> None:
         self.play_button.blockSignals(True)
         self.play_button.setChecked(playing)
-        self.play_button.setText(PAUSE_TEXT if playing else PLAY_TEXT)
+        self.play_button.setIcon(self.media_icon(PAUSE_ICON if playing else PLAY_ICON))
         self.play_button.blockSignals(False)

@@ -1,16 +1,12 @@
 """Precision trade-off: one row per (tracker, device, precision, batch sizes) run, and speed vs accuracy.
 
-Rows come from run reports (the session's runs, or a ``bench`` file). A configuration run again
-replaces its row (the latest report wins). Speedup is over the fp32 run of the same tracker, device,
-video and number of points: the one with the same batch sizes when there is one, else the fastest
-fp32 run. Accuracy is AJ against ground truth when the report has it, else the mean px divergence
-from that fp32 run (from the report's accuracy block, or computed from both runs' tracks).
+The rows, their fp32 baseline, speedup and divergence are ``engine.analysis.tradeoff``'s (through
+``engine.api``); this module only draws them: a sortable table and a speed-vs-accuracy scatter.
 """
 
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +24,18 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.analysis.metrics import divergence
-from engine.core.errors import ReportError
-from engine.core.units import GIB, MIB
-from engine.report.recorder import load_reports, report_tracks, validate_report
+from engine.api import (
+    GIB,
+    MEMORY_PROCESS_RSS,
+    MIB,
+    ReportError,
+    TradeoffRow,
+    TradeoffTable,
+    load_reports,
+    tradeoff_accuracy_axis,
+    validate_report,
+)
 
-BASELINE_PRECISION = "fp32"
-UNTRAINED_MARK = " (untrained)"
 #: one colour per precision in the scatter (and the precision cell)
 PRECISION_COLOURS = {"fp32": (70, 130, 230), "tf32": (40, 170, 90), "fp16": (240, 140, 30),
                      "bf16": (170, 70, 200), "int8": (220, 50, 50), "fp8": (120, 120, 120)}
@@ -44,7 +45,7 @@ COLUMNS = ("tracker", "device", "precision", "points/batch", "frames/batch", "ms
 HEADER_TIPS = {"points/batch": "points tracked per batch (the run tracks all its points, batch by batch)",
                "frames/batch": "frames per batch",
                "ms / run": "median wall time of the warm runs (the cold run when there is no warm one)",
-               "speedup": "fp32 ms / this ms, same tracker, device, video and points",
+               "speedup": "fp32 ms / this ms, same tracker, device, video, points and batch sizes",
                "AJ": "average Jaccard against ground truth (TAP-Vid)",
                "px vs fp32": "mean distance in video pixels from the fp32 run's tracks",
                "runs": "runs recorded in the report"}
@@ -69,100 +70,6 @@ _MEMORY_TIPS = {"device peak": "peak allocated device memory (torch allocator)",
                 "": "not measured (no allocator stats and no telemetry)"}
 _PX_SOURCES = {"report": "from the report's accuracy block", "tracks": "mean px between this run's tracks and "
                "the fp32 run's", "baseline": "the fp32 baseline itself"}
-
-
-@dataclass
-class TradeoffRow:
-    """What one row shows; ``None`` where the report does not say."""
-
-    key: tuple
-    report: dict[str, Any]
-    tracker: str
-    device: str
-    precision: str
-    points_per_batch: int | None
-    frames_per_batch: int | None
-    ms: float | None
-    ms_basis: str  # "warm median" | "cold" | ""
-    frames_per_s: float | None
-    peak_memory_bytes: float | None
-    memory_kind: str  # "device peak" (allocator), "process RSS" (telemetry, CPU runs) or ""
-    aj: float | None
-    px_vs_fp32: float | None = None
-    px_source: str = ""
-    speedup: float | None = None
-    baseline: TradeoffRow | None = field(default=None, repr=False)
-    num_runs: int = 0
-    arrays: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)  # a live run's tracks
-
-    def tracks(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """(tracks [N, T, 2], visible [N, T]): the live run's, else the report's, else None."""
-        if self.arrays is not None:
-            return self.arrays
-        found = report_tracks(self.report)
-        return None if found is None else (found[1], found[2])
-
-    @property
-    def label(self) -> str:
-        return f"{self.precision} p{self.points_per_batch} f{self.frames_per_batch}"
-
-
-def _device_of(report: dict[str, Any]) -> str:
-    name = report.get("device_name")
-    if name:
-        return str(name)
-    gpu = (report.get("environment") or {}).get("gpu")
-    if isinstance(gpu, dict) and gpu.get("name"):
-        return str(gpu["name"])
-    return str((report.get("config") or {}).get("device", "?"))
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if np.isfinite(value) else None
-
-
-def row_from_report(report: dict[str, Any]) -> TradeoffRow:
-    """The row of one report (speedup and divergence from fp32 are filled in by the panel)."""
-    config = report.get("config") or {}
-    totals = report.get("totals") or {}
-    video = report.get("video") or {}
-    tracker = str(config.get("tracker", "?"))
-    described = report.get("tracker") or {}
-    if "weights" in described and not described["weights"]:  # a learned tracker run without trained weights
-        tracker += UNTRAINED_MARK
-    device = _device_of(report)
-    precision = str(config.get("precision", "?"))
-    ppb, fpb = config.get("points_per_batch"), config.get("frames_per_batch")
-    warm, cold = _number(totals.get("warm_ms_median")), _number(totals.get("cold_ms"))
-    ms, basis = (warm, "warm median") if warm is not None else (cold, "cold") if cold is not None else (None, "")
-    accuracy = report.get("accuracy") or {}
-    aj = _number(accuracy.get("aj"))
-    px = _number(accuracy.get("mean_px")) if str(accuracy.get("vs", "")) == BASELINE_PRECISION else None
-    memory, memory_kind = _number(totals.get("peak_memory_bytes")), "device peak"
-    if memory is None:
-        memory, memory_kind = _peak_rss(report), "process RSS"
-    key = (tracker, device, precision, ppb, fpb, video.get("name") or video.get("path"), totals.get("num_points"))
-    return TradeoffRow(key=key, report=report, tracker=tracker, device=device, precision=precision,
-                       points_per_batch=ppb, frames_per_batch=fpb, ms=ms, ms_basis=basis,
-                       frames_per_s=_number(totals.get("frames_per_s")),
-                       peak_memory_bytes=memory, memory_kind=memory_kind, aj=aj, px_vs_fp32=px,
-                       px_source="report" if px is not None else "",
-                       num_runs=int(totals.get("num_runs") or len(report.get("runs") or [])))
-
-
-def _peak_rss(report: dict[str, Any]) -> float | None:
-    """The largest process RSS the report's telemetry saw (the memory figure of a CPU run)."""
-    metrics = (report.get("telemetry") or {}).get("metrics") or {}
-    values = [v for v in metrics.get("process_rss_bytes") or [] if _number(v) is not None]
-    return float(max(values)) if values else None
-
-
-def _group(row: TradeoffRow) -> tuple:
-    """Rows comparable with each other: same tracker, device, video and number of points."""
-    tracker, device, _precision, _ppb, _fpb, video, num_points = row.key
-    return tracker, device, video, num_points
 
 
 class _LogMsAxis(pg.AxisItem):
@@ -191,7 +98,7 @@ class TradeoffPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
-        self.rows: dict[tuple, TradeoffRow] = {}  # insertion order = first time a config was seen
+        self.table_model = TradeoffTable()
         self._labels: list[tuple[pg.TextItem, float, float]] = []  # (label, log10 ms, y) of each plotted point
         self._leaders: list[pg.PlotCurveItem] = []  # lines to labels placed away from their dot
         self.common = QLabel("")
@@ -241,6 +148,11 @@ class TradeoffPanel(QWidget):
         self._refresh()
 
     # -- inputs ------------------------------------------------------------------------------
+    @property
+    def rows(self) -> dict[tuple, TradeoffRow]:
+        """The rows shown, by configuration (insertion order = first time a configuration was seen)."""
+        return self.table_model.rows
+
     def add_report(self, report: dict[str, Any], tracks: np.ndarray | None = None,
                    visible: np.ndarray | None = None) -> TradeoffRow:
         """Add a run report; replaces the row of the same configuration. ReportError if it is not one.
@@ -248,10 +160,8 @@ class TradeoffPanel(QWidget):
         if not isinstance(report, dict):
             raise ReportError(f"not a run report: a {type(report).__name__}, not a JSON object")
         report = validate_report(dict(report), f"report {report.get('label') or '(unlabelled)'}")
-        row = row_from_report(report)
-        if tracks is not None and visible is not None:
-            row.arrays = (tracks, visible)
-        self.rows[row.key] = row
+        arrays = (tracks, visible) if tracks is not None and visible is not None else None
+        row = self.table_model.add(report, arrays)
         self._refresh()
         return row
 
@@ -260,50 +170,17 @@ class TradeoffPanel(QWidget):
         reports = load_reports(path)
         if not reports:
             raise ReportError(f"bench file {path} holds no reports")
-        for report in reports:
-            row = row_from_report(report)
-            self.rows[row.key] = row
+        count = self.table_model.add_many(reports)
         self._refresh()
-        return len(reports)
+        return count
 
     def clear(self) -> None:
         """Remove every row."""
-        self.rows.clear()
+        self.table_model.clear()
         self._refresh()
-
-    # -- derived values ----------------------------------------------------------------------
-    def _baseline(self, row: TradeoffRow) -> TradeoffRow | None:
-        candidates = [r for r in self.rows.values()
-                      if r.precision == BASELINE_PRECISION and _group(r) == _group(row) and r.ms is not None]
-        same_batches = [r for r in candidates if (r.points_per_batch, r.frames_per_batch)
-                        == (row.points_per_batch, row.frames_per_batch)]
-        pool = same_batches or candidates
-        return min(pool, key=lambda r: r.ms) if pool else None
-
-    def _compare(self) -> None:
-        """Speedup and px divergence of every row against its fp32 baseline."""
-        for row in self.rows.values():
-            base = self._baseline(row)
-            row.baseline = base
-            row.speedup = base.ms / row.ms if base is not None and row.ms else None
-            if row.px_source == "report":
-                continue
-            row.px_vs_fp32, row.px_source = None, ""
-            if base is None:
-                continue
-            if base is row:
-                row.px_vs_fp32, row.px_source = 0.0, "baseline"
-                continue
-            mine, theirs = row.tracks(), base.tracks()
-            if mine is None or theirs is None or mine[0].shape != theirs[0].shape:
-                continue
-            div = divergence(mine[0], mine[1], theirs[0], theirs[1])
-            if np.isfinite(div.mean_px):
-                row.px_vs_fp32, row.px_source = float(div.mean_px), "tracks"
 
     # -- drawing -----------------------------------------------------------------------------
     def _refresh(self) -> None:
-        self._compare()
         self._fill_table()
         self._draw_scatter()
         self._size_splitter()
@@ -330,7 +207,7 @@ class TradeoffPanel(QWidget):
         for r, row in enumerate(self.rows.values()):
             base = row.baseline
             speed_tip = (f"over {base.label} ({_ms(base.ms)})" if base is not None
-                         else f"no fp32 run of {row.tracker} on {row.device} to compare with")
+                         else f"no fp32 run of {row.tracker} on {row.device} at these batch sizes to compare with")
             px_tip = _PX_SOURCES.get(row.px_source, "no fp32 run with tracks to compare with")
             cells = [
                 (row.tracker, row.tracker, str(row.report.get("label") or "")),
@@ -341,7 +218,7 @@ class TradeoffPanel(QWidget):
                 (_ms(row.ms), row.ms, f"{row.ms_basis} of {row.num_runs} run(s)" if row.ms_basis else ""),
                 (_fmt(row.frames_per_s, "{:.1f}"), row.frames_per_s, ""),
                 (_fmt(row.speedup, "{:.2f}x"), row.speedup, speed_tip),
-                (_bytes(row.peak_memory_bytes) + (" RSS" if row.memory_kind == "process RSS" else ""),
+                (_bytes(row.peak_memory_bytes) + (" RSS" if row.memory_kind == MEMORY_PROCESS_RSS else ""),
                  row.peak_memory_bytes, _MEMORY_TIPS[row.memory_kind if row.peak_memory_bytes is not None else ""]),
                 (_fmt(row.aj, "{:.3f}"), row.aj, "" if row.aj is not None else "no ground truth in this report"),
                 (_px(row.px_vs_fp32), row.px_vs_fp32, px_tip),
@@ -380,7 +257,7 @@ class TradeoffPanel(QWidget):
 
     def accuracy_axis(self) -> str:
         """'aj' when any row has AJ against ground truth, else 'px'."""
-        return "aj" if any(r.aj is not None for r in self.rows.values()) else "px"
+        return tradeoff_accuracy_axis(self.rows.values())
 
     def _draw_scatter(self) -> None:
         self.plot.clear()

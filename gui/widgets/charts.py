@@ -21,8 +21,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 
-from engine.core.config import RunConfig
-from engine.telemetry.sampler import clock_reason_mask
+from engine.api import RunConfig, clock_reason_mask
+from gui.widgets.stage_colours import stage_colour
 
 POLL_HZ = 5.0  # highest paint rate; the sampler's data rate (10 Hz) is independent of it
 #: on a long time axis the charts redraw less often: when the newest sample has moved this many pixels
@@ -52,13 +52,6 @@ PAGE_STEP_S = 15.0  # once the axis spans WINDOW_S it moves on by this much at a
 PAGE_SLACK_S = 1.0  # seconds kept free at the right edge
 GB = 1e9
 PCT_RANGE = (0.0, 105.0)
-#: stage colours in order of first appearance (tab20 reordered: strong colours first, then light ones)
-STAGE_COLOURS = [
-    (31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75),
-    (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207), (174, 199, 232), (255, 187, 120),
-    (152, 223, 138), (255, 152, 150), (197, 176, 213), (196, 156, 148), (247, 182, 210), (199, 199, 199),
-    (219, 219, 141), (158, 218, 229),
-]
 #: clock-limit reason bits that are not interesting on their own (GPU idle, application clock setting)
 BORING_CLOCK_REASONS = clock_reason_mask("GPU idle", "applications clocks setting")
 MARKER_PEN = pg.mkPen((255, 200, 0), width=1, style=Qt.PenStyle.DashLine)
@@ -94,14 +87,10 @@ def _reference_line(colour: tuple[int, int, int], label: str) -> pg.InfiniteLine
 
 def _decode_reasons(mask: int) -> list[str]:
     try:
-        from engine.telemetry.sampler import decode_clock_reasons
+        from engine.api import decode_clock_reasons
     except ImportError:
         return [f"0x{mask:x}"]
     return list(decode_clock_reasons(mask))
-
-
-def stage_colour(i: int) -> tuple[int, int, int]:
-    return STAGE_COLOURS[i % len(STAGE_COLOURS)]
 
 
 class ChartsPanel(QWidget):
@@ -465,14 +454,14 @@ class ChartsPanel(QWidget):
         min_w = max(1e-3, 0.002 * max(1.0, float(t_end.max() - (t_end - wall).min())))
         x0 = t_end - np.maximum(wall, min_w)
         bottom = np.zeros(len(t_end))
-        for i, s in enumerate(self.stages):
+        for s in self.stages:
             h = np.array([b[2].get(s, 0.0) for b in batches])
             item = self._stage_bars.get(s)
             if item is None:
                 if not h.any():
                     continue
                 item = pg.BarGraphItem(x0=x0, x1=t_end, y0=bottom.copy(), height=h,
-                                       brush=pg.mkBrush(*stage_colour(i)), pen=None, name=s)
+                                       brush=pg.mkBrush(*stage_colour(s)), pen=None, name=s)
                 self.stage_plot.addItem(item)  # colours match the breakdown below, which names them
                 self._stage_bars[s] = item
             else:
@@ -537,8 +526,7 @@ class ChartsPanel(QWidget):
     def _build_breakdown(self, names: list[str], count: int) -> None:
         for item in self._breakdown_items:
             self.breakdown.removeItem(item)
-        brushes = [pg.mkBrush(*stage_colour(self.stages.index(s) if s in self.stages else i))
-                   for i, s in enumerate(names)]
+        brushes = [pg.mkBrush(*stage_colour(s)) for s in names]
         bars = pg.BarGraphItem(x0=np.zeros(count), width=np.zeros(count), y=np.arange(count), height=0.7,
                                brushes=brushes, pen=None)
         self.breakdown.addItem(bars)
@@ -652,7 +640,7 @@ class ChartsPanel(QWidget):
             offset = start + float(run.get("wall_ms", 0.0)) / 1e3
         self._draw_stage_bars()
         self._clip_cold(report)
-        from engine.report.recorder import stage_ms
+        from engine.api import stage_ms
 
         self.set_breakdown(stage_ms(report) or self.stage_totals(last_run=False), report.get("cost"))
         self.breakdown.setTitle("Per-stage breakdown of a typical run (ms)" if stage_ms(report) else

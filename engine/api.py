@@ -1,0 +1,154 @@
+"""The engine as the app sees it: the only engine module that gui/ imports.
+
+A flat list of re-exports, grouped by topic, plus a few small functions the app needs and the engine
+did not have in one place (device choices, gates per device, run titles). When an engine module moves,
+only this file changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+
+# isort: off
+# (grouped by topic, not alphabetically)
+# -- errors -------------------------------------------------------------------------------------------------
+from engine.core.errors import QueryError, ReportError, TrackerError, UserError, VideoError
+
+# -- run configuration, precision modes and their hardware gates, devices ---------------------------------------
+from engine.core.config import PRECISIONS, RunConfig
+from engine.core.precision import Gate, gate
+from engine.core.devices import device_name, resolve_device
+
+# -- paths ----------------------------------------------------------------------------------------------------
+from engine.core.paths import SAMPLE_VIDEO, ground_truth_sidecar, queries_sidecar, resources_dir
+from engine.core.units import GIB, MIB, format_bytes, format_ms, ms_value
+
+# -- video, queries and tracks files -----------------------------------------------------------------------------
+from engine.io.geometry import VideoGeometry
+
+# -- deep capture: summary, findings, timeline ----------------------------------------------------
+from engine.capture import CaptureSummary, diagnose_capture
+from engine.capture.attribution import forward_body
+from engine.capture.timeline import Lane, Markers, TimelineData, load_timeline
+from engine.workflows.deep import DeepCapture, deep_capture
+from engine.io.video import VIDEO_EXTENSIONS, open_video, write_video
+from engine.io.trackio import grid_queries, load_ground_truth, load_tracks, read_queries_csv, save_tracks
+
+# -- trackers and their stages ----------------------------------------------------------------------------------
+from engine.core.stages import BUILTIN_STAGES
+from engine.trackers import TrackerCache, available_trackers, load_tracker
+from engine.trackers.lk import STAGES as LK_STAGES
+from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult, track_arrays
+
+# -- the session and its events -----------------------------------------------------------------------------------
+from engine.run.session import BatchDone, Failed, Finished, Session, Started
+
+# -- telemetry: the sampler thread, its ring buffers, GPU specs ----------------------------------------------------
+from engine.telemetry import specs
+from engine.telemetry.sampler import THREAD_NAME as SAMPLER_THREAD_NAME
+from engine.telemetry.sampler import RingBuffers, TelemetrySampler, clock_reason_mask, decode_clock_reasons
+
+# -- run reports: recording, loading, saving -----------------------------------------------------------------------
+from engine.report.recorder import (
+    RunRecorder,
+    load_report,
+    load_reports,
+    report_tracks,
+    run_ms,
+    save_report,
+    stage_ms,
+    validate_report,
+)
+
+# -- analysis: diagnosis, what-if, compare, metrics, the precision trade-off ----------------------------------------
+from engine.analysis.rules import diagnose
+from engine.analysis.whatif import project
+from engine.analysis.compare import compare_reports
+from engine.analysis.metrics import Divergence, divergence, tapvid_metrics
+from engine.analysis.tradeoff import (
+    BASELINE_PRECISION,
+    MEMORY_DEVICE_PEAK,
+    MEMORY_PROCESS_RSS,
+    TradeoffRow,
+    TradeoffTable,
+    compare_rows,
+    find_baseline,
+    row_from_report,
+    speedup_over,
+)
+from engine.analysis.tradeoff import accuracy_axis as tradeoff_accuracy_axis
+# isort: on
+
+#: the RunConfig fields a tracker uses unless its description says otherwise
+DEFAULT_TUNABLE = ("precision", "points_per_batch", "frames_per_batch")
+#: how each tunable field reads in a run title
+_TITLE_PARTS = {"precision": "{}", "points_per_batch": "p{}", "frames_per_batch": "f{}"}
+
+
+def device_choices() -> list[str]:
+    """What the device menu offers: auto, cpu, and each CUDA device torch sees."""
+    out = ["auto", "cpu"]
+    if torch.cuda.is_available():
+        out += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    return out
+
+
+class DeviceGates(NamedTuple):
+    """The device a menu choice resolves to ('cpu', 'cuda:0') and the gate of every precision mode on it."""
+
+    device: str
+    gates: dict[str, Gate]
+
+
+def precision_gates(device: str) -> DeviceGates | None:
+    """The gates of every precision mode on ``device`` (a menu choice), or None when it cannot be resolved."""
+    try:
+        resolved = resolve_device(device)
+    except (UserError, RuntimeError):
+        return None
+    return DeviceGates(str(resolved), {mode: gate(mode, resolved) for mode in PRECISIONS})
+
+
+def sample_video_path() -> Path | None:
+    """The bundled sample video, or None when it is not installed."""
+    path = resources_dir() / SAMPLE_VIDEO.name
+    return path if path.is_file() else None
+
+
+def run_title(config: RunConfig | Mapping[str, Any], tracker: Mapping[str, Any] | None = None) -> str:
+    """A run's short title: its tracker and only the settings that tracker uses ('lk', 'corrtrack fp16 p256 f16').
+
+    tracker: the tracker's description (``Started.tracker`` or a report's ``tracker``), whose ``tunable``
+    lists the settings it uses; all of them when it does not say.
+    """
+    fields = config.to_dict() if isinstance(config, RunConfig) else dict(config)
+    tunable = (tracker or {}).get("tunable", DEFAULT_TUNABLE)
+    parts = [str(fields.get("tracker", "?"))]
+    parts += [_TITLE_PARTS[k].format(fields[k]) for k in DEFAULT_TUNABLE if k in tunable and k in fields]
+    return " ".join(parts)
+
+
+__all__ = [
+    "CaptureSummary", "DeepCapture", "Lane", "Markers", "TimelineData", "deep_capture", "diagnose_capture",
+    "forward_body", "load_timeline",
+    "BASELINE_PRECISION", "BUILTIN_STAGES", "DEFAULT_TUNABLE", "GIB", "LK_STAGES", "MEMORY_DEVICE_PEAK", "MIB",
+    "MEMORY_PROCESS_RSS", "PRECISIONS",
+    "SAMPLER_THREAD_NAME", "SAMPLE_VIDEO", "VIDEO_EXTENSIONS",
+    "BatchDone", "DeviceGates", "Divergence", "Failed", "Finished", "Gate", "PreparedVideo", "QueryError",
+    "ReportError",
+    "RingBuffers", "RunConfig", "RunContext", "RunRecorder", "Session", "Started", "TelemetrySampler",
+    "TrackResult", "Tracker", "TrackerCache", "TrackerError", "TradeoffRow", "TradeoffTable", "UserError",
+    "VideoError", "VideoGeometry",
+    "available_trackers", "clock_reason_mask", "compare_reports", "compare_rows", "decode_clock_reasons",
+    "device_choices", "format_bytes", "format_ms", "ms_value",
+    "device_name", "diagnose", "divergence", "find_baseline", "gate", "grid_queries", "ground_truth_sidecar",
+    "load_ground_truth", "load_report", "load_reports", "load_tracker", "load_tracks", "open_video",
+    "precision_gates", "project", "queries_sidecar", "read_queries_csv", "report_tracks",
+    "resolve_device", "resources_dir", "row_from_report", "run_ms", "run_title", "sample_video_path",
+    "save_report", "save_tracks", "specs", "speedup_over", "stage_ms", "tapvid_metrics", "track_arrays",
+    "tradeoff_accuracy_axis", "validate_report", "write_video",
+]

@@ -1,0 +1,130 @@
+"""What goes out: tracks, the run report (with its tracks), the overlaid video, PNG screenshots.
+
+The overlaid video is drawn off the GUI thread with the app's one worker idiom (``gui.worker``), on a
+snapshot of the run: drawing every frame takes seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from PySide6.QtCore import QObject, QThread, Signal
+from PySide6.QtWidgets import QFileDialog, QWidget
+
+from engine.api import UserError
+from gui import export
+from gui.model import RunData
+from gui.state import AppState
+from gui.worker import GeneratorWorker, WorkerHandle, start_worker
+
+EXPORT_THREAD_NAME = "trackscope-export"
+SAVED_NOTE_MS = 5000
+
+
+class ExportController(QObject):
+    """The File > Export actions; results and problems go to ``note`` and the state's messages."""
+
+    note = Signal(str, int)  # status bar text, ms (0: until replaced)
+
+    def __init__(self, state: AppState, parent: QWidget, sampler: Callable[[], Any],
+                 video_settings: Callable[[], tuple[float, int]]):
+        super().__init__(parent)
+        self.state = state
+        self._parent = parent
+        self._sampler = sampler
+        self._video_settings = video_settings  # (fps, trail length) of the video view
+        self._jobs: list[WorkerHandle] = []  # background exports in flight (kept alive until done)
+
+    def _save_path(self, title: str, default: str, filters: str) -> str | None:
+        path, _ = QFileDialog.getSaveFileName(self._parent, title, default, filters)
+        return path or None
+
+    def _guard(self, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            out = fn(*args)
+            self.note.emit(f"saved {out}", SAVED_NOTE_MS)
+        except UserError as exc:
+            self.state.post_message(exc.message, exc.suggestion)
+        except OSError as exc:
+            self.state.post_message(f"could not save: {exc}")
+
+    def export_tracks_dialog(self) -> None:
+        """Tracks as NPZ or CSV."""
+        if self.state.current is None:
+            self.state.post_message("nothing to export yet", "run the tracker first", "info")
+            return
+        path = self._save_path("Export tracks", "tracks.npz", "Tracks NPZ (*.npz);;Tracks CSV (*.csv)")
+        if path:
+            self._guard(export.export_tracks, path, self.state.current)
+
+    def export_report_dialog(self) -> None:
+        """The run report as JSON, with its tracks."""
+        if self.state.report is None:
+            self.state.post_message("no run report yet", "finish a run first", "info")
+            return
+        path = self._save_path("Export run report", "report.json", "Run report (*.json)")
+        if path:
+            self._guard(export.export_report, path, self.full_report())
+
+    def full_report(self) -> dict[str, Any] | None:
+        """The current report with its tracks (runs made here are reported without them until saved)."""
+        s = self.state
+        if s.report is None or s.report.get("tracks") is not None or s.recorder is None:
+            return s.report
+        try:
+            s.report = s.recorder.build(telemetry=self._sampler(), ground_truth=s.matching_ground_truth())
+        except Exception as exc:  # keep the report without tracks
+            s.post_message(f"could not add the tracks to the report: {exc}", level="warning")
+        return s.report
+
+    def export_video_dialog(self) -> None:
+        """The video with the tracks drawn on it, written in the background."""
+        s = self.state
+        if s.current is None or s.frames is None:
+            s.post_message("nothing to export yet", "run the tracker first", "info")
+            return
+        path = self._save_path("Export overlaid video", "tracks.mp4", "MP4 video (*.mp4)")
+        if not path:
+            return
+        run = s.current
+        snapshot = RunData(run.label, dict(run.config), run.queries.copy(), run.tracks.copy(), run.visible.copy(),
+                           None, run.video_path)
+        fps, trail = self._video_settings()
+        work = partial(export.export_video, path, s.frames, snapshot, fps, trail, s.geometry)
+
+        def connect(worker: GeneratorWorker, thread: QThread) -> None:
+            worker.returned.connect(self._export_done)
+            worker.errored.connect(self._export_failed)
+            thread.finished.connect(self._forget_finished)
+
+        self._jobs.append(start_worker(work, EXPORT_THREAD_NAME, connect=connect))
+        self.note.emit(f"exporting {path}…", 0)
+
+    def _export_done(self, result: Any) -> None:
+        self.note.emit(f"saved {result}", SAVED_NOTE_MS)
+
+    def _export_failed(self, exc: Exception) -> None:
+        if isinstance(exc, UserError):
+            self.state.post_message(exc.message, exc.suggestion)
+        else:
+            self.state.post_message(f"could not export the video: {type(exc).__name__}: {exc}")
+
+    def _forget_finished(self) -> None:
+        for job in [j for j in self._jobs if not j.running]:
+            self._jobs.remove(job)
+            job.delete_later()
+
+    def export_png_dialog(self, widget: QWidget) -> None:
+        """A PNG of the window or one of its parts."""
+        path = self._save_path("Save PNG", "trackscope.png", "PNG image (*.png)")
+        if path:
+            self._guard(export.export_png, path, widget)
+
+    def shutdown(self) -> None:
+        """Wait for exports in flight (closing the window must not kill a half-written file)."""
+        for job in self._jobs:
+            job.thread.quit()
+            job.thread.wait()
+        self._jobs.clear()

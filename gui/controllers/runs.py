@@ -1,0 +1,204 @@
+"""Running: start and stop, live config changes, and each event of the run written into the state.
+
+The worker's events arrive as signals on the GUI thread (``RunController``); each batch's tracks go
+into the current ``RunData`` in place, so a run that is stopped or fails keeps what it computed. A
+finished run's report becomes the state's report, a row of the trade-offs and, with the previous run
+of the same shape, an A/B comparison. The live charts are this controller's to drive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from PySide6.QtCore import QObject, Signal
+
+from engine.api import BatchDone, Failed, Finished, RunConfig, Started, UserError, run_title
+from gui.controllers.runner import RunController
+from gui.model import RunData
+from gui.state import AppState
+from gui.widgets.charts import ChartsPanel
+
+CONFIG_NOTE_MS = 5000  # how long "applies from the next batch" stays in the status bar
+
+
+class RunActions(QObject):
+    """Starts runs of the state's video and queries and turns their events into state changes."""
+
+    starting = Signal()  # a run is about to start (the checks passed)
+    run_finished = Signal(object)  # RunData of a finished run (tests, bench)
+    status = Signal(str)  # the run's progress line (the run panel shows it)
+    note = Signal(str)  # a passing note for the status bar
+
+    def __init__(self, state: AppState, charts: ChartsPanel, sampler: Callable[[], Any],
+                 parent: QObject | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.charts = charts
+        self._sampler = sampler
+        self.controller = RunController(self)
+        self.controller.started_run.connect(self._on_started)
+        self.controller.batch_done.connect(self._on_batch)
+        self.controller.finished_run.connect(self._on_finished)
+        self.controller.failed.connect(self._on_failed)
+        self.controller.report_ready.connect(self._on_report)
+        self._pending_report: dict[str, Any] | None = None  # built by the worker, arrives before Finished
+        self._pending_recorder: Any = None  # the RunRecorder of that run (the full report on export)
+        self.batches_seen = 0
+        self.num_batches = 0
+        self._run_config: RunConfig | None = None
+        self._origin: float | None = None
+        self._previous: RunData | None = None
+        self._run_start: float | None = None  # chart time of the current run's start
+        self._tracker: dict[str, Any] = {}  # the running tracker's description (what settings it uses)
+        state.video_changed.connect(self._reset_clock)
+
+    @property
+    def running(self) -> bool:
+        """Whether a run's thread exists."""
+        return self.controller.running
+
+    # -- commands ----------------------------------------------------------------------------------------
+    def start_run(self) -> bool:
+        """Start tracking the queries with the current config; False (and a message) when it cannot."""
+        s = self.state
+        if self.controller.running:
+            return False
+        if s.frames is None:
+            s.post_message("no video is open", "open a video (File > Open) or drop one on the window")
+            return False
+        if len(s.queries) == 0:
+            s.post_message("no query points", "click on the video, make a grid, or load a queries CSV")
+            return False
+        config = s.config
+        self.starting.emit()
+        self._previous = s.current  # still shown until the new run's first batch; back if it fails
+        run = RunData.empty(run_title(config), config.to_dict(), s.queries, len(s.frames))
+        run.video_path = s.video_path
+        s.current = run  # shown from its first batch on (no current_changed: the old tracks stay until then)
+        self._run_config = None
+        self._run_start = None
+        self.controller.start(s.frames, s.queries, config, video_info=s.video_info, telemetry=self._sampler(),
+                              ground_truth=s.matching_ground_truth())
+        return True
+
+    def stop_run(self) -> None:
+        """Stop after the current batch."""
+        self.controller.stop()
+
+    def apply_config(self, changes: dict[str, Any]) -> None:
+        """A toggle changed: a running session applies it from its next batch."""
+        if not self.controller.running:
+            return
+        try:
+            self.controller.update_config(**changes)
+        except (ValueError, UserError) as exc:
+            self.state.post_message(f"cannot apply {changes}: {exc}", level="warning")
+            return
+        self.note.emit(f"{self.state.config.label()}: applies from the next batch")
+
+    # -- events (GUI thread) ----------------------------------------------------------------------------------
+    def _reset_clock(self) -> None:
+        self._origin = None
+        self.charts.clear_runs()
+
+    def _t(self, t: float) -> float:
+        if self._origin is None:
+            self._origin = t
+            self.charts.set_origin(t)
+        return t - self._origin
+
+    def _on_report(self, payload: tuple[Any, Any]) -> None:
+        report, self._pending_recorder = payload
+        if isinstance(report, dict):
+            self._pending_report = report
+        else:
+            self._pending_report = None
+            self.state.post_message(str(report), level="warning")
+
+    def _on_started(self, event: Started) -> None:
+        s = self.state
+        self._run_start = self._t(event.t)
+        self.charts.follow()
+        self._pending_report = None
+        self.batches_seen = 0
+        self.num_batches = event.num_batches
+        self.charts.set_stages(list(event.stages))
+        self._tracker = dict(event.tracker or {})
+        title = run_title(event.config, self._tracker)
+        if self._run_config is not None and event.config != self._run_config:
+            self.charts.mark(self._t(event.t), event.config.label())  # a marker says the whole config
+        self._run_config = event.config
+        if s.current is None or len(s.current.tracks) != event.num_queries:
+            num_frames = 0 if s.frames is None else len(s.frames)
+            s.current = RunData.empty(title, event.config.to_dict(), s.queries, num_frames)
+        s.current.label = title
+        s.current.config = event.config.to_dict()
+        gate_note = f" ({event.precision_gate})" if event.precision_gate else ""
+        self.status.emit(f"Running on {event.device_name}{gate_note}: 0 / {event.num_batches} batches")
+
+    def _on_batch(self, event: BatchDone) -> None:
+        self.batches_seen += 1
+        run = self.state.current
+        title = run_title(event.config, self._tracker)
+        if run is not None and event.stop <= len(run.tracks):
+            run.tracks[event.start:event.stop] = event.tracks
+            run.visible[event.start:event.stop] = event.visible
+            run.label = title
+            self.state.update_tracks()
+        t_end = self._t(event.t)
+        if self._run_config is not None and event.config != self._run_config:
+            self.charts.mark(t_end - event.wall_ms / 1e3, event.config.label())
+        self._run_config = event.config
+        self.charts.add_batch(t_end, event.wall_ms, event.stage_ms)
+        self.status.emit(f"{title}: batch {self.batches_seen} / {self.num_batches}, "
+                         f"{event.wall_ms:.0f} ms")
+
+    def _on_finished(self, event: Finished) -> None:
+        s = self.state
+        run = s.current
+        self._keep_done(event.tracks, event.visible)
+        report, self._pending_report = self._pending_report, None
+        if self._run_start is not None and not self.controller.loop:
+            self.charts.focus(self._run_start, self._t(event.t))
+        self.status.emit(f"{'stopped' if event.cancelled else 'finished'} in {event.wall_ms:.0f} ms")
+        if run is None:
+            return
+        snapshot = None if event.cancelled else RunData(run.label, dict(run.config), run.queries, run.tracks.copy(),
+                                                          run.visible.copy(), report, s.video_path)
+        if report is not None:
+            run.report = report
+            s.set_report(report, self._pending_recorder)
+            self.charts.set_cost(report.get("cost"))
+            if not event.cancelled and (not self.controller.loop or not s.history
+                                        or s.history[-1].label != run.label):
+                # the report leaves the tracks out (kept small): px vs fp32 needs the run's own
+                s.add_run_report(report, (snapshot.tracks, snapshot.visible) if snapshot is not None else None)
+        if snapshot is not None:
+            s.add_history(snapshot)
+        self.run_finished.emit(run)
+
+    def _on_failed(self, event: Failed) -> None:
+        s = self.state
+        self._pending_report = None
+        run = s.current
+        self._keep_done(event.tracks, event.visible)
+        kept = 0 if run is None else int(np.isfinite(run.tracks).all(axis=(1, 2)).sum())
+        if kept == 0 and self._previous is not None:  # nothing new: show the last results again
+            s.set_current(self._previous)
+            self.status.emit(f"failed ({event.kind}); showing the previous run")
+        else:
+            self.status.emit(f"failed ({event.kind}); {kept} points kept")
+        s.post_message(event.message, event.suggestion, "error")
+
+    def _keep_done(self, tracks: np.ndarray | None, visible: np.ndarray | None) -> None:
+        """Copy the finished points of a run's final tracks [N, T, 2] into the current run (a stopped or
+        failed run leaves the rest NaN: the points shown from earlier batches stay)."""
+        run = self.state.current
+        if run is None or tracks is None or visible is None or tracks.shape != run.tracks.shape:
+            return
+        done = np.isfinite(tracks).all(axis=(1, 2))  # [N]
+        run.tracks[done] = tracks[done]
+        run.visible[done] = visible[done]
+        self.state.update_tracks()

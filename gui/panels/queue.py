@@ -1,0 +1,42 @@
+"""Calls to the tab panels, made when the panel is on screen, else queued until its tab is next shown."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtWidgets import QTabWidget, QWidget
+
+
+class PanelQueue:
+    """Calls to panels, made now when the panel's tab is shown, else when it is next shown (their work stays
+    off the GUI thread's hot path while a run streams in: A/B divergence alone took ~23 ms per run)."""
+
+    def __init__(self, tabs: QTabWidget, on_error: Callable[[str], None]):
+        self._tabs = tabs
+        self._on_error = on_error
+        self._queued: dict[QWidget, list[tuple[Callable[..., Any], tuple, bool]]] = {}
+
+    def call(self, panel: QWidget | None, method: Callable[..., Any], *args: Any, replace: bool = True) -> None:
+        """Call ``method`` (a bound method of ``panel``); ``replace``: a later call drops an earlier queued one."""
+        if panel is None:
+            return
+        if self._tabs.currentWidget() is panel:
+            self._invoke(panel, method, args)
+            return
+        queue = self._queued.setdefault(panel, [])
+        if replace:
+            queue[:] = [(m, a, r) for m, a, r in queue if m != method]
+        queue.append((method, args, replace))
+
+    def flush(self, panel: QWidget | None = None) -> None:
+        """Apply the calls queued for ``panel`` (or for every panel)."""
+        for p in [panel] if panel is not None else list(self._queued):
+            for method, args, _ in self._queued.pop(p, []):
+                self._invoke(p, method, args)
+
+    def _invoke(self, panel: QWidget, method: Callable[..., Any], args: tuple) -> None:
+        try:
+            method(*args)
+        except Exception as exc:  # a panel bug is shown, not fatal
+            self._on_error(f"{type(panel).__name__}.{method.__name__} failed: {type(exc).__name__}: {exc}")

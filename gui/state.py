@@ -1,0 +1,162 @@
+"""The app's mutable state in one object that says when it changes.
+
+``AppState`` holds what the window shows and works on: the video (frames, path, info), the queries,
+the video's ground truth, the current run and the runs of this session, the current report and its
+recorder, the run configuration and the last problem shown. Controllers change it through its
+methods; panels and widgets subscribe to its signals instead of being called by the window.
+Signals carry no bool (PySide6 6.12 leaks a reference per Python-emitted bool); read the state instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from PySide6.QtCore import QObject, Signal
+
+from engine.api import RunConfig, VideoGeometry
+from gui.model import RunData
+
+GT_QUERY_TOLERANCE_PX = 0.5  # ground truth fits the queries when it passes through them
+MAX_HISTORY = 50  # finished runs kept for A/B and trade-offs
+
+
+@dataclass(frozen=True)
+class Message:
+    """A problem (or note) to show: text, what to do about it, and 'error' | 'warning' | 'info'."""
+
+    text: str
+    suggestion: str | None = None
+    level: str = "error"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two runs side by side, with the ground truth when it fits both."""
+
+    a: RunData
+    b: RunData
+    ground_truth: dict[str, np.ndarray] | None
+
+
+class AppState(QObject):
+    """What the window shows and works on; every change is announced by a signal."""
+
+    video_changed = Signal()  # frames, video_path, video_info
+    queries_changed = Signal()
+    current_changed = Signal()  # another run is shown (or none)
+    tracks_updated = Signal()  # the current run's tracks got new points (in place)
+    report_changed = Signal()  # the current report (a finished run's, or a replayed one)
+    report_replayed = Signal(object)  # a report opened from a file: (its dict, the file's path)
+    run_reported = Signal(object)  # (report, (tracks, visible) | None): a row for the trade-offs
+    comparison_changed = Signal(object)  # Comparison
+    config_changed = Signal(object)  # RunConfig set from outside the toggles (a replayed report's)
+    message_posted = Signal(object)  # Message
+
+    def __init__(self, config: RunConfig | None = None, parent: QObject | None = None):
+        super().__init__(parent)
+        self.frames: np.ndarray | None = None  # uint8 [T, H, W, 3]
+        self.geometry = VideoGeometry.unscaled(1, 1)  # source vs frame pixels of the video shown
+        self.video_path: str | None = None
+        self.video_info: dict[str, Any] = {}
+        self.queries = np.zeros((0, 3), np.float32)  # [N, 3] (t, x, y)
+        self.ground_truth: dict[str, np.ndarray] | None = None  # sidecar <video>.gt.npz, when it exists
+        self.current: RunData | None = None
+        self.history: list[RunData] = []
+        self.report: dict[str, Any] | None = None
+        self.recorder: Any = None  # the RunRecorder of ``report`` when it came from a run here
+        self.config = config or RunConfig()
+        self.last_message: Message | None = None
+
+    # -- video and queries -------------------------------------------------------------------------------
+    def set_video(self, frames: np.ndarray, path: str | None, info: dict[str, Any],
+                  geometry: VideoGeometry | None = None) -> None:
+        """A new video: forget the run, report and ground truth of the previous one."""
+        self.frames = np.ascontiguousarray(frames)
+        t, h, w = self.frames.shape[:3]
+        self.geometry = geometry or VideoGeometry.unscaled(w, h)  # queries and tracks: its source pixels
+        self.video_path = path
+        self.video_info = dict(info)
+        self.current = None
+        self.report = None
+        self.recorder = None  # the recorder belongs to the report: an export must not rebuild an older run
+        self.ground_truth = None
+        self.video_changed.emit()
+        self.current_changed.emit()
+
+    def set_queries(self, queries: np.ndarray) -> None:
+        """New queries [N, 3]; the current run is dropped when it tracked other ones."""
+        self.queries = np.asarray(queries, np.float32).reshape(-1, 3)
+        self.queries_changed.emit()
+        if self.current is not None and not np.array_equal(self.current.queries, self.queries):
+            self.set_current(None)
+
+    def set_ground_truth(self, ground_truth: dict[str, np.ndarray] | None) -> None:
+        """The video's ground truth (tracks, visible, query_t), or None."""
+        self.ground_truth = ground_truth
+
+    def matching_ground_truth(self) -> dict[str, np.ndarray] | None:
+        """The video's ground truth when it was made for the current queries, else None."""
+        gt, q = self.ground_truth, self.queries
+        num_frames = 0 if self.frames is None else len(self.frames)
+        if gt is None or gt["tracks"].shape[0] != len(q) or gt["tracks"].shape[1] != num_frames:
+            return None
+        if not np.array_equal(gt["query_t"].astype(np.int64), np.round(q[:, 0]).astype(np.int64)):
+            return None
+        at_query = gt["tracks"][np.arange(len(q)), gt["query_t"].astype(np.int64)]  # [N, 2]
+        return gt if np.nanmax(np.abs(at_query - q[:, 1:]), initial=0.0) <= GT_QUERY_TOLERANCE_PX else None
+
+    # -- runs --------------------------------------------------------------------------------------------
+    def set_current(self, run: RunData | None, adopt_queries: bool = False) -> None:
+        """Show ``run`` (None: no run); ``adopt_queries`` makes its queries the current ones."""
+        self.current = run
+        if adopt_queries and run is not None:
+            self.queries = run.queries
+            self.queries_changed.emit()
+        self.current_changed.emit()
+
+    def update_tracks(self) -> None:
+        """Say that the current run's arrays were written in place."""
+        self.tracks_updated.emit()
+
+    def add_history(self, run: RunData) -> None:
+        """Keep a finished run; compare it with the previous run of the same shape, if any."""
+        previous = next((r for r in reversed(self.history) if r.tracks.shape == run.tracks.shape), None)
+        self.history.append(run)
+        del self.history[:-MAX_HISTORY]
+        if previous is not None:
+            self.compare(previous, run)
+
+    def compare(self, a: RunData, b: RunData) -> None:
+        """Put two runs side by side (with ground truth when it fits both)."""
+        gt = self.matching_ground_truth() if a.tracks.shape == b.tracks.shape else None
+        self.comparison_changed.emit(Comparison(a, b, gt))
+
+    # -- reports -----------------------------------------------------------------------------------------
+    def set_report(self, report: dict[str, Any] | None, recorder: Any = None) -> None:
+        """The current report (and the recorder that can rebuild it with tracks)."""
+        self.report = report
+        self.recorder = recorder
+        self.report_changed.emit()
+
+    def replay_report(self, report: dict[str, Any], source: str) -> None:
+        """A report opened from the file ``source`` becomes the current one and is replayed in the charts."""
+        self.set_report(report)
+        self.report_replayed.emit((report, source))
+
+    def add_run_report(self, report: dict[str, Any], arrays: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        """A report for the trade-offs (arrays: the run's tracks [N, T, 2] and visible [N, T], when left out)."""
+        self.run_reported.emit((report, arrays))
+
+    # -- configuration and messages ----------------------------------------------------------------------------
+    def set_config(self, config: RunConfig, announce: bool = True) -> None:
+        """The run configuration; ``announce`` tells the toggles (False when they made the change)."""
+        self.config = config
+        if announce:
+            self.config_changed.emit(config)
+
+    def post_message(self, text: str, suggestion: str | None = None, level: str = "error") -> None:
+        """A problem to show in the window (never a modal dialog)."""
+        self.last_message = Message(text, suggestion, level)
+        self.message_posted.emit(self.last_message)

@@ -1,0 +1,1 @@
+"""Reusable widgets: the video view, live charts, the message banner, the transport bar."""

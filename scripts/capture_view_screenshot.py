@@ -1,0 +1,65 @@
+"""Open the capture panel on a committed H200 capture and save a PNG of it.
+
+    QT_QPA_PLATFORM=offscreen python scripts/capture_view_screenshot.py --out /tmp/x.png
+    # docs/capture_view.png: --select updater.blocks.2 --whole
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DATA = ROOT / "tests" / "data" / "capture"
+TRACES = {"deep_nested": "trace_deep_nested.json.gz", "corrtrack bf16 q1024": "trace_corrtrack_bf16_q1024.json.gz"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--run", default="deep_nested", choices=sorted(TRACES))
+    parser.add_argument("--size", default="1600x1000")
+    parser.add_argument("--finding", type=int, default=None, help="select this finding before the shot")
+    parser.add_argument("--select", default=None, help="select this module/stage/kernel name before the shot")
+    parser.add_argument("--whole", action="store_true", help="show the whole run after selecting")
+    args = parser.parse_args(argv)
+
+    from PySide6.QtCore import QEventLoop, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from gui.panels.capture_panel import CapturePanel
+
+    app = QApplication.instance() or QApplication([])
+    runs = {r["label"]: r for r in json.loads((DATA / "summaries.json").read_text())["runs"]}
+    run = runs[args.run]
+    panel = CapturePanel()
+    width, height = (int(v) for v in args.size.split("x"))
+    panel.resize(width, height)
+    panel.setWindowTitle(f"trackscope capture: {args.run}")
+    panel.show()
+    loop = QEventLoop()
+    panel.trace_loaded.connect(lambda _data: loop.quit())
+    panel.trace_failed.connect(lambda _msg: loop.quit())
+    QTimer.singleShot(30_000, loop.quit)
+    panel.set_capture(run["summary"], run["findings"], DATA / TRACES[args.run])
+    loop.exec()
+    if args.finding is not None:
+        panel.select_finding(args.finding)
+    if args.select:
+        panel.select_module(args.select)
+    if args.whole:
+        panel.timeline.show_all()
+    for _ in range(5):
+        app.processEvents()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    ok = panel.grab().save(str(args.out))
+    panel.shutdown()
+    print(f"{'wrote' if ok else 'could not write'} {args.out}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
