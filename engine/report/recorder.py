@@ -23,6 +23,7 @@ import numpy as np
 from engine.core.config import RunConfig
 from engine.io.geometry import VideoGeometry
 from engine.report.parts import (
+    TRACK_DECIMALS,
     Accuracy,
     Batch,
     Environment,
@@ -237,11 +238,16 @@ class RunRecorder:
                                static=dict(static))
 
     def _tracks(self) -> Tracks | None:
+        """The last finished run's tracks, at the precision the file keeps (so a saved report loads equal)."""
         if self.final is None:
             return None
-        return Tracks(queries=np.asarray(self.final.queries, np.float32),
-                      tracks=np.asarray(self.final.tracks, np.float32),
+        return Tracks(queries=_rounded(self.final.queries), tracks=_rounded(self.final.tracks),
                       visible=np.asarray(self.final.visible, bool))
+
+
+def _rounded(values: np.ndarray) -> np.ndarray:
+    """float32 values rounded to TRACK_DECIMALS px, exactly as the JSON writes and reads them."""
+    return np.round(np.asarray(values, np.float64), TRACK_DECIMALS).astype(np.float32)
 
 
 def _tracker_info(described: Mapping[str, Any]) -> TrackerInfo:
