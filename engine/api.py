@@ -52,20 +52,18 @@ from engine.telemetry import specs
 from engine.telemetry.sampler import THREAD_NAME as SAMPLER_THREAD_NAME
 from engine.telemetry.sampler import RingBuffers, TelemetrySampler, clock_reason_mask, decode_clock_reasons
 
-# -- run reports: recording, loading, saving -----------------------------------------------------------------------
-from engine.report.recorder import (
-    RunRecorder,
-    load_report,
-    load_reports,
-    report_tracks,
-    run_ms,
-    save_report,
-    stage_ms,
-    validate_report,
-)
+# -- run reports: the typed report (measurements only), recording, loading, saving ----------------------------------
+from engine.report.schema import BenchFile, Report, as_report
+from engine.report.parts import Accuracy, RecordedFinding
+from engine.report.parts import VideoInfo as ReportVideo  # the report's video (engine.io.video has the reader's)
+from engine.report.recorder import RunRecorder
+from engine.report.files import load_any, load_bench, load_report, load_reports, save
 
-# -- analysis: diagnosis, what-if, compare, metrics, the precision trade-off ----------------------------------------
-from engine.analysis.rules import diagnose
+# -- analysis on load: roofline and findings, what-if, compare, metrics, the precision trade-off ---------------------
+from engine.analysis.analyse import Analysis, analyse, analyse_many
+from engine.analysis.accuracy import run_accuracy
+from engine.analysis.facts import Finding
+from engine.analysis.roofline import Cost, StageRoofline
 from engine.analysis.whatif import project
 from engine.analysis.compare import compare_reports
 from engine.analysis.metrics import Divergence, divergence, tapvid_metrics
@@ -113,6 +111,14 @@ def precision_gates(device: str) -> DeviceGates | None:
     return DeviceGates(str(resolved), {mode: gate(mode, resolved) for mode in PRECISIONS})
 
 
+def build_report(recorder: RunRecorder, telemetry: Any = None,
+                 ground_truth: Mapping[str, Any] | None = None, keep_tracks: bool = True) -> Report:
+    """A recorder's Report, its run graded against ground truth when given (measurements only: analyse it)."""
+    geometry = recorder.video.geometry
+    accuracy = run_accuracy(recorder.final, geometry.source_size if geometry else None, ground_truth=ground_truth)
+    return recorder.build(telemetry=telemetry, accuracy=accuracy, keep_tracks=keep_tracks)
+
+
 def sample_video_path() -> Path | None:
     """The bundled sample video, or None when it is not installed."""
     path = resources_dir() / SAMPLE_VIDEO.name
@@ -138,17 +144,16 @@ __all__ = [
     "BASELINE_PRECISION", "BUILTIN_STAGES", "DEFAULT_TUNABLE", "GIB", "LK_STAGES", "MEMORY_DEVICE_PEAK", "MIB",
     "MEMORY_PROCESS_RSS", "PRECISIONS",
     "SAMPLER_THREAD_NAME", "SAMPLE_VIDEO", "VIDEO_EXTENSIONS",
-    "BatchDone", "DeviceGates", "Divergence", "Failed", "Finished", "Gate", "PreparedVideo", "QueryError",
-    "ReportError",
-    "RingBuffers", "RunConfig", "RunContext", "RunRecorder", "Session", "Started", "TelemetrySampler",
-    "TrackResult", "Tracker", "TrackerCache", "TrackerError", "TradeoffRow", "TradeoffTable", "UserError",
-    "VideoError", "VideoGeometry",
-    "available_trackers", "clock_reason_mask", "compare_reports", "compare_rows", "decode_clock_reasons",
-    "device_choices", "format_bytes", "format_ms", "ms_value",
-    "device_name", "diagnose", "divergence", "find_baseline", "gate", "grid_queries", "ground_truth_sidecar",
-    "load_ground_truth", "load_report", "load_reports", "load_tracker", "load_tracks", "open_video",
-    "precision_gates", "project", "queries_sidecar", "read_queries_csv", "report_tracks",
-    "resolve_device", "resources_dir", "row_from_report", "run_ms", "run_title", "sample_video_path",
-    "save_report", "save_tracks", "specs", "speedup_over", "stage_ms", "tapvid_metrics", "track_arrays",
-    "tradeoff_accuracy_axis", "validate_report", "write_video",
+    "Accuracy", "Analysis", "BatchDone", "BenchFile", "Cost", "DeviceGates", "Divergence", "Failed", "Finding",
+    "Finished", "Gate", "PreparedVideo", "QueryError", "RecordedFinding", "Report", "ReportError", "ReportVideo",
+    "RingBuffers", "RunConfig", "RunContext", "RunRecorder", "Session", "StageRoofline", "Started",
+    "TelemetrySampler", "TrackResult", "Tracker", "TrackerCache", "TrackerError", "TradeoffRow", "TradeoffTable",
+    "UserError", "VideoError", "VideoGeometry",
+    "analyse", "analyse_many", "as_report", "available_trackers", "build_report", "clock_reason_mask",
+    "compare_reports", "compare_rows", "decode_clock_reasons", "device_choices", "format_bytes", "format_ms",
+    "ms_value", "device_name", "divergence", "find_baseline", "gate", "grid_queries", "ground_truth_sidecar",
+    "load_any", "load_bench", "load_ground_truth", "load_report", "load_reports", "load_tracker", "load_tracks",
+    "open_video", "precision_gates", "project", "queries_sidecar", "read_queries_csv", "resolve_device",
+    "resources_dir", "row_from_report", "run_accuracy", "run_title", "sample_video_path", "save", "save_tracks",
+    "specs", "speedup_over", "tapvid_metrics", "track_arrays", "tradeoff_accuracy_axis", "write_video",
 ]

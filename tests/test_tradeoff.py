@@ -21,6 +21,7 @@ from engine.analysis.tradeoff import (
     speedup_over,
     typical_ms,
 )
+from engine.report.schema import as_report
 
 NUM_POINTS, NUM_FRAMES = 4, 5
 
@@ -28,8 +29,9 @@ NUM_POINTS, NUM_FRAMES = 4, 5
 def report(precision: str = "fp32", ms: float | None = 30.0, *, ppb: int = 256, fpb: int = 16,
            device: str = "NVIDIA H200", video: str = "sample.mp4", tracker: str = "corrtrack",
            shift_px: float | None = None, accuracy: dict | None = None, cold_ms: float | None = None) -> dict:
-    """A minimal run report; ``shift_px`` adds tracks shifted by that many px in x."""
-    data = {"config": {"tracker": tracker, "precision": precision, "points_per_batch": ppb,
+    """A minimal run report (JSON; the table parses it once); ``shift_px`` adds tracks shifted that many px in x."""
+    data = {"format": "trackscope-report", "version": 2, "environment": {}, "stages": [],
+            "config": {"tracker": tracker, "precision": precision, "points_per_batch": ppb,
                        "frames_per_batch": fpb, "device": "cuda:0"},
             "device_name": device, "video": {"name": video},
             "totals": {"warm_ms_median": ms, "cold_ms": cold_ms, "num_points": NUM_POINTS, "num_runs": 3,
@@ -98,9 +100,9 @@ def test_aj_from_ground_truth_sets_the_accuracy_axis():
 
 
 def test_typical_ms_prefers_the_warm_median_then_the_cold_run():
-    assert typical_ms({"warm_ms_median": 10.0, "cold_ms": 50.0}) == (10.0, MS_WARM)
-    assert typical_ms({"warm_ms_median": None, "cold_ms": 50.0}) == (50.0, MS_COLD)
-    assert typical_ms({"warm_ms_median": float("nan")}) == (None, "")
+    assert typical_ms(as_report(report("fp32", 10.0, cold_ms=50.0))) == (10.0, MS_WARM)
+    assert typical_ms(as_report(report("fp32", None, cold_ms=50.0))) == (50.0, MS_COLD)
+    assert typical_ms(as_report(report("fp32", float("nan")))) == (None, "")
     row = row_from_report(report("fp32", None, cold_ms=70.0))
     assert (row.ms, row.ms_basis) == (70.0, MS_COLD)
 
@@ -113,7 +115,8 @@ def test_a_row_without_time_is_never_a_baseline():
 def test_memory_falls_back_to_process_rss_from_telemetry():
     cpu = report("fp32", 30.0, device="CPU")
     cpu["totals"]["peak_memory_bytes"] = None
-    cpu["telemetry"] = {"metrics": {"process_rss_bytes": [1.0e9, 3.0e9, float("nan"), 2.0e9]}}
+    cpu["telemetry"] = {"t": [0.0, 0.1, 0.2, 0.3],
+                        "metrics": {"process_rss_bytes": [1.0e9, 3.0e9, float("nan"), 2.0e9]}}
     row = row_from_report(cpu)
     assert (row.peak_memory_bytes, row.memory_kind) == (3.0e9, MEMORY_PROCESS_RSS)
     assert row_from_report(report()).memory_kind == MEMORY_DEVICE_PEAK

@@ -10,14 +10,14 @@ baseline (from the report's accuracy block, or computed from both runs' tracks).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from engine.analysis.metrics import divergence
-from engine.report.recorder import report_tracks
+from engine.report.schema import Report, as_report
 
 BASELINE_PRECISION = "fp32"
 UNTRAINED_MARK = " (untrained)"
@@ -35,14 +35,13 @@ def number(value: Any) -> float | None:
     return float(value) if np.isfinite(value) else None
 
 
-def typical_ms(totals: dict[str, Any]) -> tuple[float | None, str]:
-    """A run's typical wall time and its basis: the warm median, else the cold run, else (None, '')."""
-    warm, cold = number(totals.get("warm_ms_median")), number(totals.get("cold_ms"))
-    if warm is not None:
-        return warm, MS_WARM
-    if cold is not None:
-        return cold, MS_COLD
-    return None, ""
+def typical_ms(report: Report) -> tuple[float | None, str]:
+    """A run's typical wall time (Report.typical_run_ms) and its basis: MS_WARM, MS_COLD, or (None, '')."""
+    ms = number(report.typical_run_ms)
+    if ms is None:
+        return None, ""
+    warm = report.totals.warm_ms_median is not None or bool(report.warm_runs)
+    return ms, MS_WARM if warm else MS_COLD
 
 
 def speedup_over(baseline_ms: float | None, ms: float | None) -> float | None:
@@ -52,15 +51,9 @@ def speedup_over(baseline_ms: float | None, ms: float | None) -> float | None:
     return baseline_ms / ms
 
 
-def device_of(report: dict[str, Any]) -> str:
-    """The machine a report ran on: its device name, else the environment's GPU, else the config's device."""
-    name = report.get("device_name")
-    if name:
-        return str(name)
-    gpu = (report.get("environment") or {}).get("gpu")
-    if isinstance(gpu, dict) and gpu.get("name"):
-        return str(gpu["name"])
-    return str((report.get("config") or {}).get("device", "?"))
+def device_of(report: Report) -> str:
+    """The machine a report ran on (Report.device_name: the recorded name, else the GPU's, else "CPU")."""
+    return report.device_name
 
 
 @dataclass
@@ -68,7 +61,7 @@ class TradeoffRow:
     """One run configuration's numbers; ``None`` where the report does not say."""
 
     key: tuple
-    report: dict[str, Any]
+    report: Report
     tracker: str
     device: str
     precision: str
@@ -93,7 +86,7 @@ class TradeoffRow:
         """(tracks [N, T, 2], visible [N, T]): the live run's, else the report's, else None."""
         if self.arrays is not None:
             return self.arrays
-        found = report_tracks(self.report)
+        found = self.report.tracks_arrays()
         return None if found is None else (found[1], found[2])
 
     @property
@@ -108,43 +101,43 @@ class TradeoffRow:
                 self.frames_per_batch)
 
 
-def _peak_rss(report: dict[str, Any]) -> float | None:
+def _peak_rss(report: Report) -> float | None:
     """The largest process RSS the report's telemetry saw (the memory figure of a CPU run)."""
-    metrics = (report.get("telemetry") or {}).get("metrics") or {}
-    values = [v for v in metrics.get("process_rss_bytes") or [] if number(v) is not None]
-    return float(max(values)) if values else None
+    values = report.telemetry_series("process_rss_bytes")
+    values = values[np.isfinite(values)]
+    return float(values.max()) if values.size else None
 
 
-def row_from_report(report: dict[str, Any], arrays: tuple[np.ndarray, np.ndarray] | None = None) -> TradeoffRow:
+def row_from_report(report: Report | Mapping[str, Any],
+                    arrays: tuple[np.ndarray, np.ndarray] | None = None) -> TradeoffRow:
     """The row of one report (its speedup and divergence are filled in by ``compare_rows``).
 
     arrays: (tracks [N, T, 2], visible [N, T]) of a live run whose report leaves them out.
     """
-    config = report.get("config") or {}
-    totals = report.get("totals") or {}
-    video_info = report.get("video") or {}
-    tracker = str(config.get("tracker", "?"))
-    described = report.get("tracker") or {}
+    report = as_report(report)
+    config, totals = report.config, report.totals
+    tracker = config.tracker
+    described = report.tracker.details
     if "weights" in described and not described["weights"]:  # a learned tracker run without trained weights
         tracker += UNTRAINED_MARK
     device = device_of(report)
-    precision = str(config.get("precision", "?"))
-    ppb, fpb = config.get("points_per_batch"), config.get("frames_per_batch")
-    video = video_info.get("name") or video_info.get("path")
-    num_points = totals.get("num_points")
-    ms, basis = typical_ms(totals)
-    accuracy = report.get("accuracy") or {}
-    px = number(accuracy.get("mean_px")) if str(accuracy.get("vs", "")) == BASELINE_PRECISION else None
-    memory, memory_kind = number(totals.get("peak_memory_bytes")), MEMORY_DEVICE_PEAK
+    ppb, fpb = config.points_per_batch, config.frames_per_batch
+    video = report.video.name or report.video.path
+    num_points = totals.num_points
+    ms, basis = typical_ms(report)
+    accuracy = report.accuracy
+    px = number(accuracy.mean_px) if accuracy is not None and accuracy.vs == BASELINE_PRECISION else None
+    memory, memory_kind = number(totals.peak_memory_bytes), MEMORY_DEVICE_PEAK
     if memory is None:
         memory, memory_kind = _peak_rss(report), MEMORY_PROCESS_RSS
-    key = (tracker, device, precision, ppb, fpb, video, num_points)
-    return TradeoffRow(key=key, report=report, tracker=tracker, device=device, precision=precision,
+    key = (tracker, device, config.precision, ppb, fpb, video, num_points)
+    return TradeoffRow(key=key, report=report, tracker=tracker, device=device, precision=config.precision,
                        points_per_batch=ppb, frames_per_batch=fpb, video=video, num_points=num_points,
-                       ms=ms, ms_basis=basis, frames_per_s=number(totals.get("frames_per_s")),
-                       peak_memory_bytes=memory, memory_kind=memory_kind, aj=number(accuracy.get("aj")),
+                       ms=ms, ms_basis=basis, frames_per_s=number(totals.frames_per_s),
+                       peak_memory_bytes=memory, memory_kind=memory_kind,
+                       aj=number(accuracy.aj) if accuracy is not None else None,
                        px_vs_fp32=px, px_source=PX_FROM_REPORT if px is not None else "",
-                       num_runs=int(totals.get("num_runs") or len(report.get("runs") or [])), arrays=arrays)
+                       num_runs=totals.num_runs or len(report.runs), arrays=arrays)
 
 
 def find_baseline(row: TradeoffRow, rows: Iterable[TradeoffRow]) -> TradeoffRow | None:
@@ -191,14 +184,15 @@ class TradeoffTable:
     def __init__(self) -> None:
         self.rows: dict[tuple, TradeoffRow] = {}  # insertion order = first time a configuration was seen
 
-    def add(self, report: dict[str, Any], arrays: tuple[np.ndarray, np.ndarray] | None = None) -> TradeoffRow:
+    def add(self, report: Report | Mapping[str, Any],
+            arrays: tuple[np.ndarray, np.ndarray] | None = None) -> TradeoffRow:
         """Add (or replace) the row of one report and recompare every row; returns the new row."""
         row = row_from_report(report, arrays)
         self.rows[row.key] = row
         compare_rows(self.rows.values())
         return row
 
-    def add_many(self, reports: Iterable[dict[str, Any]]) -> int:
+    def add_many(self, reports: Iterable[Report | Mapping[str, Any]]) -> int:
         """Add several reports, comparing once at the end; returns how many."""
         count = 0
         for report in reports:
