@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import cv2
 import numpy as np
 from PySide6.QtWidgets import QWidget
 
-from engine.api import UserError, VideoGeometry, save_report, save_tracks, write_video
+from engine.api import Report, UserError, VideoGeometry, save, save_tracks, write_video
 from gui.model import RunData
 from gui.widgets.video_view import DEFAULT_TRAIL, PALETTE
 
@@ -25,8 +24,8 @@ def export_tracks(path: str | Path, run: RunData) -> Path:
     return path
 
 
-def export_report(path: str | Path, report: dict[str, Any]) -> Path:
-    return Path(save_report(path, report))
+def export_report(path: str | Path, report: Report) -> Path:
+    return save(report, path)
 
 
 def draw_overlay(frames: np.ndarray, run: RunData, trail: int = DEFAULT_TRAIL,

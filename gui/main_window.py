@@ -7,6 +7,7 @@ here to its signals. Panels not on screen get their updates when their tab is ne
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.api import RunConfig, TelemetrySampler, UserError
+from engine.api import Report, RunConfig, TelemetrySampler, UserError
 from gui.controllers.capture import CaptureController
 from gui.controllers.exports import ExportController
 from gui.controllers.files import FileController
@@ -147,8 +148,8 @@ class MainWindow(QMainWindow):
         s.queries_changed.connect(self._show_queries)
         s.current_changed.connect(self._show_tracks)
         s.tracks_updated.connect(self._show_tracks)
-        s.report_changed.connect(lambda: self.panels.call(self.diagnosis, self.diagnosis.set_report, s.report)
-                                 if self.diagnosis is not None else None)
+        s.report_changed.connect(lambda: self.panels.call(self.diagnosis, self.diagnosis.set_report, s.report,
+                                                          s.analysis) if self.diagnosis is not None else None)
         s.report_replayed.connect(self._show_replayed)
         s.run_reported.connect(self._add_tradeoff_row)
         s.comparison_changed.connect(self._show_comparison)
@@ -258,24 +259,26 @@ class MainWindow(QMainWindow):
         run = self.state.current
         self.view.set_tracks(None if run is None else run.tracks, None if run is None else run.visible)
 
-    def _show_replayed(self, replayed: tuple[dict[str, Any], str]) -> None:
+    def _show_replayed(self, replayed: tuple[Report, str]) -> None:
         report, source = replayed
-        self.charts.show_report(report)
-        if self.capture_panel is not None and isinstance(report.get("capture"), dict):
+        analysis = self.state.analysis if self.state.report is report else None
+        self.charts.show_report(report, analysis.cost if analysis is not None else None)
+        if self.capture_panel is not None and report.capture is not None:
             self.panels.call(self.capture_panel, self.capture_panel.set_report, report, Path(source))
-        title = report_title(report) if report.get("label") or (report.get("config") or {}).get("tracker") else ""
-        self.status_label.setText(f"Report: {title or Path(source).name}")
+        self.status_label.setText(f"Report: {report_title(report)}")
 
     def _show_capture(self, deep: Any) -> None:
-        """A deep capture made here: into its panel (shown), and into the current report for export."""
+        """A deep capture made here: into its panel (shown), and into the current report for export (its
+        analysis then includes today's capture rules on it)."""
         if self.capture_panel is None:
             return
         self.capture_panel.set_capture(deep.to_dict(), deep.findings, deep.trace_path)
         self.tabs.setCurrentWidget(self.capture_panel)
-        if self.state.report is not None and deep.error is None:
-            self.state.report["capture"] = deep.to_dict()
+        s = self.state
+        if s.report is not None and deep.error is None:
+            s.set_report(dataclasses.replace(s.report, capture=deep.to_dict()), s.recorder)
 
-    def _add_tradeoff_row(self, payload: tuple[dict[str, Any], tuple[np.ndarray, np.ndarray] | None]) -> None:
+    def _add_tradeoff_row(self, payload: tuple[Report, tuple[np.ndarray, np.ndarray] | None]) -> None:
         if self.tradeoff is None:
             return
         report, arrays = payload
@@ -358,7 +361,7 @@ class MainWindow(QMainWindow):
         """The video's ground truth when it fits the current queries."""
         return self.state.matching_ground_truth()
 
-    def full_report(self) -> dict[str, Any] | None:
+    def full_report(self) -> Report | None:
         """The current report with its tracks."""
         return self.exports.full_report()
 
@@ -388,7 +391,7 @@ class MainWindow(QMainWindow):
         return self.state.history
 
     @property
-    def report(self) -> dict[str, Any] | None:
+    def report(self) -> Report | None:
         return self.state.report
 
     @property

@@ -11,16 +11,15 @@ from typing import Any
 
 import numpy as np
 
-from engine.api import run_title, track_arrays
+from engine.api import Report, run_title, track_arrays
 
 
-def report_title(report: dict[str, Any]) -> str:
+def report_title(report: Report) -> str:
     """A report's title: its tracker and the settings that tracker uses when it says which, else its label."""
-    config = report.get("config") or {}
-    tracker = report.get("tracker") or {}
-    if config.get("tracker") and "tunable" in tracker:
-        return run_title(config, tracker)
-    return str(report.get("label") or config.get("tracker") or "report")
+    described = report.tracker.details
+    if "tunable" in described:
+        return run_title(report.config, described)
+    return report.label or report.config.tracker or "report"
 
 
 @dataclass
@@ -28,7 +27,7 @@ class RunData:
     """One run's results as the GUI sees them.
 
     queries: float32 [N, 3] rows (t, x, y); tracks: float32 [N, T, 2] (x, y), NaN where not computed;
-    visible: bool [N, T]; report: the run report dict (engine.report format) or None.
+    visible: bool [N, T]; report: the run's Report (engine.api) or None.
     """
 
     label: str
@@ -36,7 +35,7 @@ class RunData:
     queries: np.ndarray
     tracks: np.ndarray
     visible: np.ndarray
-    report: dict[str, Any] | None = None
+    report: Report | None = None
     video_path: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -68,15 +67,11 @@ class RunData:
                    np.zeros((n, num_frames), bool))
 
     @classmethod
-    def from_report(cls, report: dict[str, Any]) -> RunData | None:
+    def from_report(cls, report: Report) -> RunData | None:
         """Build from a run report holding tracks; None when the report has none."""
-        from engine.api import report_tracks
-
-        got = report_tracks(report)
+        got = report.tracks_arrays()
         if got is None:
             return None
         queries, tracks, visible = got
-        config = dict(report.get("config") or {})
-        label = report_title(report)
-        video = report.get("video") or {}
-        return cls(label, config, queries, tracks, visible, report=report, video_path=video.get("path"))
+        return cls(report_title(report), report.config.to_dict(), queries, tracks, visible, report=report,
+                   video_path=report.video.path)

@@ -1,8 +1,9 @@
 """The app's mutable state in one object that says when it changes.
 
 ``AppState`` holds what the window shows and works on: the video (frames, path, info), the queries,
-the video's ground truth, the current run and the runs of this session, the current report and its
-recorder, the run configuration and the last problem shown. Controllers change it through its
+the video's ground truth, the current run and the runs of this session, the current report (typed), its
+analysis (run on load: roofline and today's findings) and its recorder, the run configuration and the
+last problem shown. Controllers change it through its
 methods; panels and widgets subscribe to its signals instead of being called by the window.
 Signals carry no bool (PySide6 6.12 leaks a reference per Python-emitted bool); read the state instead.
 """
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from engine.api import RunConfig, VideoGeometry
+from engine.api import Analysis, Report, RunConfig, VideoGeometry, analyse
 from gui.model import RunData
 
 GT_QUERY_TOLERANCE_PX = 0.5  # ground truth fits the queries when it passes through them
@@ -48,7 +49,7 @@ class AppState(QObject):
     current_changed = Signal()  # another run is shown (or none)
     tracks_updated = Signal()  # the current run's tracks got new points (in place)
     report_changed = Signal()  # the current report (a finished run's, or a replayed one)
-    report_replayed = Signal(object)  # a report opened from a file: (its dict, the file's path)
+    report_replayed = Signal(object)  # a report opened from a file: (the Report, the file's path)
     run_reported = Signal(object)  # (report, (tracks, visible) | None): a row for the trade-offs
     comparison_changed = Signal(object)  # Comparison
     config_changed = Signal(object)  # RunConfig set from outside the toggles (a replayed report's)
@@ -64,7 +65,8 @@ class AppState(QObject):
         self.ground_truth: dict[str, np.ndarray] | None = None  # sidecar <video>.gt.npz, when it exists
         self.current: RunData | None = None
         self.history: list[RunData] = []
-        self.report: dict[str, Any] | None = None
+        self.report: Report | None = None
+        self.analysis: Analysis | None = None  # of ``report``: its roofline and today's findings
         self.recorder: Any = None  # the RunRecorder of ``report`` when it came from a run here
         self.config = config or RunConfig()
         self.last_message: Message | None = None
@@ -80,6 +82,7 @@ class AppState(QObject):
         self.video_info = dict(info)
         self.current = None
         self.report = None
+        self.analysis = None
         self.recorder = None  # the recorder belongs to the report: an export must not rebuild an older run
         self.ground_truth = None
         self.video_changed.emit()
@@ -134,18 +137,20 @@ class AppState(QObject):
         self.comparison_changed.emit(Comparison(a, b, gt))
 
     # -- reports -----------------------------------------------------------------------------------------
-    def set_report(self, report: dict[str, Any] | None, recorder: Any = None) -> None:
-        """The current report (and the recorder that can rebuild it with tracks)."""
+    def set_report(self, report: Report | None, recorder: Any = None, analysis: Analysis | None = None) -> None:
+        """The current report, its analysis (made here when not given) and the recorder that can rebuild it
+        with tracks."""
         self.report = report
+        self.analysis = analysis if analysis is not None or report is None else analyse(report)
         self.recorder = recorder
         self.report_changed.emit()
 
-    def replay_report(self, report: dict[str, Any], source: str) -> None:
+    def replay_report(self, report: Report, source: str) -> None:
         """A report opened from the file ``source`` becomes the current one and is replayed in the charts."""
         self.set_report(report)
         self.report_replayed.emit((report, source))
 
-    def add_run_report(self, report: dict[str, Any], arrays: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+    def add_run_report(self, report: Report, arrays: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         """A report for the trade-offs (arrays: the run's tracks [N, T, 2] and visible [N, T], when left out)."""
         self.run_reported.emit((report, arrays))
 

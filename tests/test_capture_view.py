@@ -14,6 +14,7 @@ from PySide6.QtCore import QPoint, QPointF, Qt  # noqa: E402
 from PySide6.QtGui import QWheelEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
+from engine.api import as_report  # noqa: E402
 from gui.panels.capture_panel import COL_NAME, LOADING, NO_TRACE, ROLE, CapturePanel, short_kernel_name  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "capture"
@@ -215,7 +216,9 @@ def test_an_unreadable_trace_is_reported(panel, qtbot, deep_run, tmp_path):
 
 def test_a_report_finds_its_trace_beside_it(panel, qtbot, deep_run, tmp_path):
     shutil.copy(DEEP, tmp_path / "R.trace.json.gz")
-    report = {"capture": {**deep_run["summary"], "trace_file": "../elsewhere/R.trace.json.gz"}}  # name only is used
+    capture = {**deep_run["summary"], "trace_file": "../elsewhere/R.trace.json.gz"}  # name only is used
+    report = as_report({"format": "trackscope-report", "version": 2, "environment": {}, "config": {}, "stages": [],
+                        "runs": [], "totals": {}, "capture": capture})
     with qtbot.waitSignal(panel.trace_loaded, timeout=LOAD_MS):
         panel.set_report(report, tmp_path / "R.json")
     assert panel.findings_list.count() >= 1  # diagnosed from the summary here

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.api import RunRecorder, save
 from engine.core.config import RunConfig
 from engine.io.video import write_video
-from engine.report.recorder import RunRecorder, save_report
 from engine.run.session import Session
 from tests.helpers import moving_square_video
 
@@ -42,7 +42,7 @@ def test_cli_replays_report(tmp_path):
     recorder = RunRecorder()
     for event in Session(video, np.array([[0, 8, 12]], np.float32), RunConfig(tracker="lk")).events():
         recorder.add(event)
-    report = save_report(tmp_path / "run.json", recorder.build())
+    report = save(recorder.build(), tmp_path / "run.json")
     shot = tmp_path / "replay.png"
     out = _gui([str(report), "--screenshot", str(shot), "--size", "900x600"], tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]

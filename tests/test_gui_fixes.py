@@ -9,7 +9,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QSettings  # noqa: E402
 from PySide6.QtWidgets import QStyle  # noqa: E402
 
-from engine.api import RunConfig, RunRecorder, Session, run_title, save_report  # noqa: E402
+from engine.api import RunConfig, RunRecorder, Session, run_title, save  # noqa: E402
 from gui.main_window import MainWindow, format_fps  # noqa: E402
 from gui.model import RunData  # noqa: E402
 from gui.settings import Settings  # noqa: E402
@@ -90,7 +90,7 @@ def test_lk_runs_and_reports_are_titled_without_precision_or_batch_sizes(qtbot, 
     assert RunData.from_report(report).label == "lk"
     replay = MainWindow(settings=settings, sampler=None)
     qtbot.addWidget(replay)
-    assert replay.load_path(save_report(tmp_path / "lk.json", report))
+    assert replay.load_path(save(report, tmp_path / "lk.json"))
     assert replay.status_label.text() == "Report: lk" and replay.current.label == "lk"
     replay.close()
 

@@ -11,12 +11,15 @@ import pytest
 pytest.importorskip("pytestqt")
 from PySide6.QtCore import QPointF, Qt, QTimer  # noqa: E402
 
+from engine.analysis.analyse import analyse  # noqa: E402
 from engine.analysis.metrics import divergence, tapvid_metrics  # noqa: E402
-from engine.analysis.rules import diagnose  # noqa: E402
 from engine.analysis.whatif import project  # noqa: E402
 from engine.core.config import RunConfig  # noqa: E402
 from engine.core.errors import ReportError  # noqa: E402
-from engine.report.recorder import RunRecorder, save_report  # noqa: E402
+from engine.report.files import save  # noqa: E402
+from engine.report.parts import TelemetryWindow  # noqa: E402
+from engine.report.recorder import RunRecorder  # noqa: E402
+from engine.report.schema import Report  # noqa: E402
 from engine.run.session import BatchDone, Finished, Session  # noqa: E402
 from gui.model import RunData  # noqa: E402
 from gui.panels.ab_view import ABView  # noqa: E402
@@ -153,7 +156,7 @@ def test_ab_mismatched_runs_warn_instead_of_crashing(qtbot, ab_runs):
 # -- trade-off --------------------------------------------------------------------------------
 def make_report(precision: str, ms: float, ppb: int = 256, device: str = "NVIDIA H200",
                 shift_px: float | None = None) -> dict:
-    """A report dict of the schema, by hand (tracks when shift_px is given: a fixed grid moved by it)."""
+    """A report's JSON, by hand (tracks when shift_px is given: a fixed grid moved by it); the panel parses it."""
     tracks = None
     if shift_px is not None:
         base = np.stack(np.meshgrid(np.arange(4.0) * 10, np.arange(3.0) * 10), -1).reshape(-1, 1, 2)
@@ -252,7 +255,7 @@ def test_tradeoff_bench_file_and_bad_input(qtbot, tmp_path):
     qtbot.addWidget(panel)
     bench = {"format": "trackscope-bench", "version": 1, "environment": {},
              "reports": [make_report("fp32", 30.0), make_report("bf16", 20.0)]}
-    path = save_report(tmp_path / "bench.json", bench)
+    path = save(bench, tmp_path / "bench.json")
     assert panel.add_bench(path) == 2
     assert table_rows(panel)["bf16@NVIDIA H200"][COL["speedup"]] == "1.50x"
     (tmp_path / "junk.json").write_text("{not json")
@@ -289,25 +292,24 @@ def _fixed_times(event):
 
 
 @pytest.fixture(scope="module")
-def h200_report() -> dict:
+def h200_report() -> Report:
     """Real LK runs recorded as if on an H200 with GPM telemetry showing busy SMs and idle tensor cores."""
     recorder = RunRecorder(environment=copy.deepcopy(H200_ENV))
     frames = moving_square_video(NUM_FRAMES, SIZE)
     for _ in range(3):
         for event in Session(frames, QUERIES, RunConfig(tracker="lk", device="cpu")).events():
             recorder.add(_fixed_times(event))
-    report = recorder.build(stage_costs=STAGE_COSTS)
-    report["telemetry"] = {"t": [0.0, 0.1, 0.2], "availability": {}, "static": {},
-                           "metrics": {"sm_active_pct": [80.0, 85.0, 82.0], "tensor_active_pct": [0.0, 0.0, 0.0]}}
-    report["findings"] = [f.to_dict() for f in diagnose(report)]
-    return report
+    report = recorder.build(work=STAGE_COSTS)
+    telemetry = TelemetryWindow(t=np.array([0.0, 0.1, 0.2]), metrics={
+        "sm_active_pct": np.array([80.0, 85.0, 82.0]), "tensor_active_pct": np.zeros(3)})
+    return dataclasses.replace(report, telemetry=telemetry)
 
 
 def test_diagnosis_shows_findings_with_evidence(qtbot, h200_report):
     panel = DiagnosisPanel()
     qtbot.addWidget(panel)
-    panel.set_report(h200_report)
-    findings = h200_report["findings"]
+    panel.set_report(h200_report)  # analysed on load
+    findings = [f.to_dict() for f in analyse(h200_report).findings]
     assert any(f["rule"] == "tf32_off" for f in findings)
     assert panel.finding_titles() == [f["title"] for f in findings]  # diagnose sorts most severe first
     tf32 = next(i for i, f in enumerate(findings) if f["rule"] == "tf32_off")
@@ -344,7 +346,8 @@ def test_diagnosis_whatif_follows_the_gpu_choice(qtbot, h200_report):
 def test_diagnosis_without_findings_or_cost(qtbot, h200_report):
     panel = DiagnosisPanel()
     qtbot.addWidget(panel)
-    bare = {**h200_report, "findings": [], "cost": None}
+    bare = dataclasses.replace(h200_report, work={}, telemetry=None)  # nothing counted, no telemetry
+    assert analyse(bare).findings == () and analyse(bare).cost is None
     panel.set_report(bare)
     assert panel.finding_titles() == [NO_FINDINGS]
     assert panel.whatif_summary.text() == NO_COST
@@ -443,14 +446,36 @@ def test_tradeoff_labels_do_not_overlap(qtbot):
 def test_diagnosis_wraps_long_findings_to_the_column(qtbot, h200_report):
     panel = DiagnosisPanel()
     qtbot.addWidget(panel)
-    report = copy.deepcopy(h200_report)
-    report["findings"][0]["title"] = "a very long finding title " * 8
-    panel.set_report(report)
+    analysis = analyse(h200_report)
+    findings = [dataclasses.replace(f) for f in analysis.findings]
+    findings[0].title = "a very long finding title " * 8
+    panel.set_report(h200_report, dataclasses.replace(analysis, findings=tuple(findings)))
     panel.resize(700, 600)
     panel.show()
     qtbot.waitExposed(panel)
     top = panel.findings.topLevelItem(0)
     text = top.text(0)
-    assert "\n" in text and text.replace("\n", " ") == report["findings"][0]["title"].strip()
+    assert "\n" in text and text.replace("\n", " ") == findings[0].title.strip()
     widest = max(panel.findings.fontMetrics().horizontalAdvance(line) for line in text.splitlines())
     assert widest <= panel.findings.columnWidth(0)
+
+
+def test_diagnosis_shows_todays_findings_then_the_recorded_ones_they_no_longer_give(qtbot):
+    """A replayed report is analysed on load: today's rules first, then what its writer recorded that they
+    no longer give, marked as recorded."""
+    from pathlib import Path
+
+    from engine.report.files import load_report
+    from gui.panels.diagnosis import RECORDED_PREFIX
+
+    planted = Path(__file__).parent / "data" / "h200" / "planted"
+    report = load_report(sorted(planted.glob("host_sync_fp32_*.json"))[0])  # p1024: a sweep finding recorded
+    panel = DiagnosisPanel()
+    qtbot.addWidget(panel)
+    panel.set_report(report)
+    titles = panel.finding_titles()
+    today = [f.title for f in analyse(report).findings]
+    assert titles[:len(today)] == today
+    recorded = titles[len(today):]
+    assert recorded and all(t.startswith(RECORDED_PREFIX) for t in recorded)
+    assert any("per point" in t for t in recorded)  # host_sync_per_point needs the sweep's two batch sizes

@@ -19,10 +19,10 @@ from PySide6.QtCore import (  # noqa: E402
 )
 from PySide6.QtGui import QDropEvent  # noqa: E402
 
+from engine.api import Cost, StageRoofline, as_report, load_report, specs  # noqa: E402
 from engine.core.config import RunConfig  # noqa: E402
 from engine.io.trackio import load_tracks  # noqa: E402
 from engine.io.video import open_video, write_video  # noqa: E402
-from engine.report.recorder import load_report  # noqa: E402
 from gui import export  # noqa: E402
 from gui.main_window import MainWindow  # noqa: E402
 from gui.model import RunData  # noqa: E402
@@ -176,7 +176,8 @@ def test_charts_stage_bars_and_markers(qtbot):
     charts.add_batch(0.1, 100.0, {"backbone": 60.0, "refine": 30.0})
     charts.mark(0.1, "corrtrack bf16 p256 f16")
     charts.add_batch(0.2, 50.0, {"backbone": 20.0, "refine": 25.0})
-    charts.set_cost({"stages": {"backbone": {"pct_of_roofline": 41.0, "bound": "memory"}}})
+    charts.set_cost(Cost({"backbone": StageRoofline(1e9, 1e9, 60.0, pct_of_roofline=41.0, bound="memory")},
+                         specs.cpu_spec()))
     assert charts.stage_totals() == {"backbone": 80.0, "refine": 55.0}
     qtbot.wait(int(3000 / POLL_HZ))
     assert charts._stage_bars == {} and charts._breakdown_items == []  # hidden charts draw nothing
@@ -264,7 +265,7 @@ def test_sample_two_runs_fill_ab_tradeoff_and_accuracy(qtbot, settings):
     with qtbot.waitSignal(w.run_finished, timeout=RUN_TIMEOUT_MS):
         w.start_run()
     qtbot.waitUntil(lambda: not w.controller.running, timeout=5000)
-    assert w.report["accuracy"] is not None and w.report["accuracy"]["vs"] == "ground truth"
+    assert w.report.accuracy is not None and w.report.accuracy.vs == "ground truth"
     w.toggles.points.setValue(80)
     with qtbot.waitSignal(w.run_finished, timeout=RUN_TIMEOUT_MS):
         w.start_run()
@@ -306,7 +307,7 @@ def test_replay_committed_reports(qtbot, settings, precision):
     assert w.charts._batches
     assert w.charts.gpu  # NVML read the H200 in every recorded report
     assert w.current is not None and np.isfinite(w.current.tracks).all()
-    np.testing.assert_allclose(w.current.tracks, report["tracks"]["tracks"], atol=1e-4)
+    np.testing.assert_allclose(w.current.tracks, report.tracks.tracks, atol=1e-4)
     w.close()
 
 
@@ -339,7 +340,8 @@ def test_charts_breakdown_names_stages_and_replay_clips_cold_run(qtbot):
              "batches": [{"t": 0.3 if i == 0 else 0.006, "wall_ms": 300.0 if i == 0 else 6.0,
                           "stage_ms": {"backbone": 250.0 if i == 0 else 2.0, "refine": 40.0 if i == 0 else 3.0}}]}
             for i in range(4)]
-    charts.show_report({"stages": ["backbone", "refine"], "runs": runs, "telemetry": None})
+    charts.show_report(as_report({"format": "trackscope-report", "version": 2, "environment": {}, "config": {},
+                                  "totals": {}, "stages": ["backbone", "refine"], "runs": runs, "telemetry": None}))
     ticks = charts.breakdown.getAxis("left")._tickLevels[0]
     assert [name for _, name in ticks] == ["backbone", "refine"]
     texts = [i.textItem.toPlainText() for i in charts._breakdown_items[1:]]

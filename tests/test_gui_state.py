@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("pytestqt")
-from engine.api import RunConfig  # noqa: E402
+from engine.api import RunConfig, as_report  # noqa: E402
 from gui.model import RunData  # noqa: E402
 from gui.state import AppState, Comparison, Message  # noqa: E402
 from gui.worker import GeneratorWorker, start_worker  # noqa: E402
@@ -40,7 +40,9 @@ def test_state_announces_each_change(qtbot):
     state.set_queries(q)
     state.set_current(_run(q))
     state.update_tracks()
-    state.set_report({"label": "x"})
+    state.set_report(as_report({"format": "trackscope-report", "version": 2, "label": "x", "environment": {},
+                                "config": {}, "stages": [], "runs": [], "totals": {}}))
+    assert state.analysis is not None and state.analysis.findings == ()  # analysed when it is set
     state.set_config(RunConfig(precision="bf16"))
     state.set_config(RunConfig(precision="fp16"), announce=False)  # the toggles made it: nothing to tell them
     state.post_message("no video", "open one", "warning")

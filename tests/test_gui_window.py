@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -10,9 +11,9 @@ import pytest
 pytest.importorskip("pytestqt")
 from PySide6.QtCore import QSettings  # noqa: E402
 
+from engine.api import ReportVideo, RunRecorder, VideoGeometry, save  # noqa: E402
 from engine.core.config import RunConfig  # noqa: E402
 from engine.io.video import load_video, write_video  # noqa: E402
-from engine.report.recorder import RunRecorder, report_tracks, save_report  # noqa: E402
 from engine.run.session import BatchDone, Session  # noqa: E402
 from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult  # noqa: E402
 from gui.main_window import MainWindow  # noqa: E402
@@ -123,9 +124,10 @@ def test_full_run_streams_into_view(qtbot, window):
     assert batches == sorted(batches) and batches[0] < n  # points appear batch by batch
     assert run.complete and run.tracks.shape == (n, 8, 2)
     assert window.view.tracks is not None and np.isfinite(window.view.tracks).all()
-    assert window.report is not None and window.report["totals"]["num_points"] == n
+    assert window.report is not None and window.report.totals.num_points == n
+    assert window.report.tracks is None and window.state.analysis is not None  # analysed off the GUI thread
     full = window.full_report()  # the tracks are added when the report is saved
-    queries, tracks, visible = report_tracks(full)
+    queries, tracks, visible = full.tracks_arrays()
     np.testing.assert_allclose(tracks, run.tracks, atol=0.01)
     np.testing.assert_array_equal(visible, run.visible)
     assert set(window.charts.stage_totals()) >= {"track_forward"}
@@ -218,7 +220,7 @@ def test_replay_recorded_report(qtbot, settings, tmp_path):
         recorder.add(event)
         if isinstance(event, BatchDone) and event.index == 0:
             session.update_config(precision="bf16")  # a live toggle, recorded in the batches
-    path = save_report(tmp_path / "run.json", recorder.build())
+    path = save(recorder.build(), tmp_path / "run.json")
     w = MainWindow(settings=settings, sampler=None)
     qtbot.addWidget(w)
     assert w.load_path(path), w.banner.message
@@ -241,9 +243,9 @@ def test_replay_report_without_video_uses_blank_canvas(qtbot, settings, tmp_path
     recorder = RunRecorder()
     for event in Session(moving_square_video(6, 32), queries, RunConfig(tracker="lk")).events():
         recorder.add(event)
-    report = recorder.build()
-    report["video"] = {"path": str(tmp_path / "gone.mp4"), "width": 32, "height": 32, "num_frames": 6}
-    path = save_report(tmp_path / "run.json", report)
+    report = dataclasses.replace(recorder.build(), video=ReportVideo(
+        path=str(tmp_path / "gone.mp4"), num_frames=6, geometry=VideoGeometry.unscaled(32, 32)))
+    path = save(report, tmp_path / "run.json")
     w = MainWindow(settings=settings, sampler=None)
     qtbot.addWidget(w)
     assert w.load_path(path)

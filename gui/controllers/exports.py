@@ -6,6 +6,7 @@ snapshot of the run: drawing every frame takes seconds.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QThread, Signal
 from PySide6.QtWidgets import QFileDialog, QWidget
 
-from engine.api import UserError
+from engine.api import Report, UserError, build_report
 from gui import export
 from gui.model import RunData
 from gui.state import AppState
@@ -68,13 +69,14 @@ class ExportController(QObject):
         if path:
             self._guard(export.export_report, path, self.full_report())
 
-    def full_report(self) -> dict[str, Any] | None:
+    def full_report(self) -> Report | None:
         """The current report with its tracks (runs made here are reported without them until saved)."""
         s = self.state
-        if s.report is None or s.report.get("tracks") is not None or s.recorder is None:
+        if s.report is None or s.report.tracks is not None or s.recorder is None:
             return s.report
         try:
-            s.report = s.recorder.build(telemetry=self._sampler(), ground_truth=s.matching_ground_truth())
+            rebuilt = build_report(s.recorder, telemetry=self._sampler(), ground_truth=s.matching_ground_truth())
+            s.report = dataclasses.replace(rebuilt, capture=s.report.capture)  # a deep capture joined it here
         except Exception as exc:  # keep the report without tracks
             s.post_message(f"could not add the tracks to the report: {exc}", level="warning")
         return s.report

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QFileDialog, QWidget
 
 from engine.api import (
     VIDEO_EXTENSIONS,
+    ReportVideo,
     UserError,
     VideoGeometry,
     grid_queries,
@@ -50,13 +51,13 @@ def sidecar_ground_truth(video: Path) -> dict[str, np.ndarray] | None:
         return None
 
 
-def resolve_report_video(report_path: Path, video: dict[str, Any]) -> Path | None:
+def resolve_report_video(report_path: Path, video: ReportVideo) -> Path | None:
     """The report's video: its recorded path, the same name beside the report, or the bundled sample."""
     candidates = []
-    if video.get("path"):
-        p = Path(video["path"])
+    if video.path:
+        p = Path(video.path)
         candidates += [p, report_path.parent / p.name]
-    name = video.get("name") or (Path(video["path"]).name if video.get("path") else "")
+    name = video.name or (Path(video.path).name if video.path else "")
     sample = sample_video_path()
     if sample is not None and name == sample.name:
         candidates.append(sample)
@@ -137,25 +138,25 @@ class FileController(QObject):
         reports = load_reports(path)
         report = reports[0]
         run = RunData.from_report(report)
-        video = report.get("video") or {}
+        video = report.video
         video_path = resolve_report_video(Path(path), video)
         if video_path is not None:
             self.open_video(video_path, queries=run.queries if run else None)
         elif run is not None:
-            w, h = int(video.get("width") or 0), int(video.get("height") or 0)
-            if w < 1 or h < 1:
-                w = int(np.nanmax(run.tracks[..., 0])) + 2
-                h = int(np.nanmax(run.tracks[..., 1])) + 2
-            self.set_video(np.zeros((run.num_frames, h, w, 3), np.uint8), fps=video.get("fps"),
+            if video.geometry is not None:  # a blank canvas of the decoded size, placed in source pixels
+                (w, h), info = video.geometry.frame_size, video.geometry.to_dict()
+            else:
+                w, h, info = int(np.nanmax(run.tracks[..., 0])) + 2, int(np.nanmax(run.tracks[..., 1])) + 2, {}
+            self.set_video(np.zeros((run.num_frames, h, w, 3), np.uint8), fps=video.fps, info=info,
                            queries=run.queries)
-            self.state.post_message(f"the report's video {video.get('path') or '(none)'} was not found: "
+            self.state.post_message(f"the report's video {video.path or '(none)'} was not found: "
                                     "showing its tracks on a blank canvas", "open the video next to the report",
                                     level="warning")
         else:
             raise UserError(f"{path}: the report holds no tracks and its video was not found")
         if run is not None:
             self.state.set_current(run, adopt_queries=True)
-        self._adopt_config(report.get("config") or {})
+        self._adopt_config(report.config.to_dict())
         self.state.replay_report(report, str(path))
         for r in reports:
             self.state.add_run_report(r)

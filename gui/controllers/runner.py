@@ -18,7 +18,20 @@ from typing import Any
 import numpy as np
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from engine.api import BatchDone, Failed, Finished, RunConfig, RunRecorder, Session, Started, TrackerCache
+from engine.api import (
+    Analysis,
+    BatchDone,
+    Failed,
+    Finished,
+    Report,
+    RunConfig,
+    RunRecorder,
+    Session,
+    Started,
+    TrackerCache,
+    analyse,
+    build_report,
+)
 from gui.worker import SHUTDOWN_WAIT_MS, GeneratorWorker, WorkerHandle, start_worker
 
 WORKER_THREAD_NAME = "trackscope-worker"
@@ -26,10 +39,12 @@ WORKER_THREAD_NAME = "trackscope-worker"
 
 @dataclass
 class ReportReady:
-    """A run's report (or why it could not be built) and its recorder; yielded before Finished/Failed."""
+    """A run's report (or why it could not be built), its analysis and its recorder; yielded before
+    Finished/Failed."""
 
-    report: dict[str, Any] | str
+    report: Report | str
     recorder: RunRecorder
+    analysis: Analysis | None = None
 
 
 class SessionJob:
@@ -87,17 +102,16 @@ class SessionJob:
                 break
 
     def _report(self, recorder: RunRecorder) -> ReportReady:
-        """The run report, built here (off the GUI thread) without the tracks.
+        """The run report and its analysis (roofline, today's findings), made here off the GUI thread.
 
-        The tracks are converted to JSON only on export: turning 100k coordinates into Python floats
-        holds the GIL long enough to stall the GUI.
+        The report leaves the tracks out until it is exported (the run's tracks are in the app already).
         """
         try:
-            report: dict[str, Any] | str = recorder.build(telemetry=self._telemetry, ground_truth=self._ground_truth,
-                                                          keep_tracks=False)
+            report = build_report(recorder, telemetry=self._telemetry, ground_truth=self._ground_truth,
+                                  keep_tracks=False)
+            return ReportReady(report, recorder, analyse(report))
         except Exception as exc:  # the tracks are kept even if the report cannot be made
-            report = f"could not build the run report: {type(exc).__name__}: {exc}"
-        return ReportReady(report, recorder)
+            return ReportReady(f"could not build the run report: {type(exc).__name__}: {exc}", recorder)
 
     def _drive(self, session: Session) -> Generator[Any, None, bool]:
         """One session's events; returns whether the next looped run may start."""
@@ -121,7 +135,7 @@ class RunController(QObject):
     batch_done = Signal(object)  # BatchDone
     finished_run = Signal(object)  # Finished
     failed = Signal(object)  # Failed
-    report_ready = Signal(object)  # (report dict or error text, RunRecorder), before finished_run/failed
+    report_ready = Signal(object)  # ReportReady (a Report or error text), before finished_run/failed
     #: emitted when a run starts or its thread ends; read ``running`` (no bool argument: PySide6 6.12
     #: drops a reference to True/False on every Python-emitted bool and crashes the interpreter later)
     running_changed = Signal()
@@ -176,7 +190,7 @@ class RunController(QObject):
             return  # a late event of a run that was shut down before the latest one started
         try:
             if isinstance(value, ReportReady):
-                self.report_ready.emit((value.report, value.recorder))
+                self.report_ready.emit(value)
             elif isinstance(value, Started):
                 self.started_run.emit(value)
             elif isinstance(value, BatchDone):

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from engine.api import BatchDone, Failed, Finished, RunConfig, Started, UserError, run_title
-from gui.controllers.runner import RunController
+from engine.api import BatchDone, Failed, Finished, Report, RunConfig, Started, UserError, run_title
+from gui.controllers.runner import ReportReady, RunController
 from gui.model import RunData
 from gui.state import AppState
 from gui.widgets.charts import ChartsPanel
@@ -43,8 +43,7 @@ class RunActions(QObject):
         self.controller.finished_run.connect(self._on_finished)
         self.controller.failed.connect(self._on_failed)
         self.controller.report_ready.connect(self._on_report)
-        self._pending_report: dict[str, Any] | None = None  # built by the worker, arrives before Finished
-        self._pending_recorder: Any = None  # the RunRecorder of that run (the full report on export)
+        self._pending: ReportReady | None = None  # built and analysed by the worker, arrives before Finished
         self.batches_seen = 0
         self.num_batches = 0
         self._run_config: RunConfig | None = None
@@ -109,19 +108,18 @@ class RunActions(QObject):
             self.charts.set_origin(t)
         return t - self._origin
 
-    def _on_report(self, payload: tuple[Any, Any]) -> None:
-        report, self._pending_recorder = payload
-        if isinstance(report, dict):
-            self._pending_report = report
+    def _on_report(self, ready: ReportReady) -> None:
+        if isinstance(ready.report, Report):
+            self._pending = ready
         else:
-            self._pending_report = None
-            self.state.post_message(str(report), level="warning")
+            self._pending = None
+            self.state.post_message(str(ready.report), level="warning")
 
     def _on_started(self, event: Started) -> None:
         s = self.state
         self._run_start = self._t(event.t)
         self.charts.follow()
-        self._pending_report = None
+        self._pending = None
         self.batches_seen = 0
         self.num_batches = event.num_batches
         self.charts.set_stages(list(event.stages))
@@ -159,7 +157,8 @@ class RunActions(QObject):
         s = self.state
         run = s.current
         self._keep_done(event.tracks, event.visible)
-        report, self._pending_report = self._pending_report, None
+        ready, self._pending = self._pending, None
+        report = ready.report if ready is not None and isinstance(ready.report, Report) else None
         if self._run_start is not None and not self.controller.loop:
             self.charts.focus(self._run_start, self._t(event.t))
         self.status.emit(f"{'stopped' if event.cancelled else 'finished'} in {event.wall_ms:.0f} ms")
@@ -169,8 +168,8 @@ class RunActions(QObject):
                                                           run.visible.copy(), report, s.video_path)
         if report is not None:
             run.report = report
-            s.set_report(report, self._pending_recorder)
-            self.charts.set_cost(report.get("cost"))
+            s.set_report(report, ready.recorder if ready else None, ready.analysis if ready else None)
+            self.charts.set_cost(s.analysis.cost if s.analysis else None)
             if not event.cancelled and (not self.controller.loop or not s.history
                                         or s.history[-1].label != run.label):
                 # the report leaves the tracks out (kept small): px vs fp32 needs the run's own
@@ -181,7 +180,7 @@ class RunActions(QObject):
 
     def _on_failed(self, event: Failed) -> None:
         s = self.state
-        self._pending_report = None
+        self._pending = None
         run = s.current
         self._keep_done(event.tracks, event.visible)
         kept = 0 if run is None else int(np.isfinite(run.tracks).all(axis=(1, 2)).sum())

@@ -240,8 +240,8 @@ class ABView(QWidget):
     def _aj(self, run: RunData, ground_truth: dict[str, np.ndarray] | None) -> float | None:
         """AJ of a run against ground truth; from its report when no ground truth is given."""
         if ground_truth is None:
-            acc = (run.report or {}).get("accuracy") or {}
-            return acc.get("aj") if acc.get("vs", "ground truth") == "ground truth" else None
+            acc = run.report.accuracy if run.report is not None else None
+            return acc.aj if acc is not None and acc.vs in ("", "ground truth") else None
         size = self._video_size(run)
         if size is None:
             return None
@@ -257,10 +257,8 @@ class ABView(QWidget):
     def _video_size(self, run: RunData) -> tuple[int, int] | None:
         if self.frames is not None:
             return self.geometry.source_size
-        video = (run.report or {}).get("video") or {}
-        if video.get("width") and video.get("height"):
-            return int(video["width"]), int(video["height"])
-        return None
+        geometry = run.report.video.geometry if run.report is not None else None
+        return geometry.source_size if geometry is not None else None
 
     # -- layout ------------------------------------------------------------------------------
     def resizeEvent(self, event: Any) -> None:  # noqa: N802 (Qt name)

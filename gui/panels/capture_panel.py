@@ -31,7 +31,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.api import CaptureSummary, ReportError, TimelineData, diagnose_capture, forward_body, load_timeline
+from engine.api import (
+    CaptureSummary,
+    Report,
+    ReportError,
+    TimelineData,
+    diagnose_capture,
+    forward_body,
+    load_timeline,
+)
 from gui.widgets.timeline import TimelineWidget
 
 COLUMNS = ("Stage / module / kernel", "Wall ms", "GPU ms", "Count", "Class / notes")
@@ -186,9 +194,9 @@ class CapturePanel(QWidget):
         layout.addWidget(self.vsplit, 1)
 
     # -- input ------------------------------------------------------------------------------------
-    def set_report(self, report: dict[str, Any], report_path: Path) -> None:
+    def set_report(self, report: Report, report_path: Path) -> None:
         """The capture section of a report read from ``report_path``; its trace lies beside it."""
-        capture = report.get("capture") if isinstance(report, dict) else None
+        capture = report.capture
         name = capture.get("trace_file") if isinstance(capture, dict) else None
         trace = Path(report_path).parent / Path(name).name if isinstance(name, str) and name else None
         self.set_capture(capture, None, trace)

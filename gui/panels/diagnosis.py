@@ -1,9 +1,10 @@
 """Diagnosis: the current report's findings with their evidence, and a what-if on another GPU.
 
-Findings come from the report (``engine.diagnose`` wrote them when the report was built); each is a
-tree row with a severity dot, its title, and children for the evidence numbers and the suggested
-change. The what-if projects the report's per-stage times onto a GPU from ``engine.specs.GPUS`` with
-``engine.whatif.project`` and lists the assumptions the projection makes.
+Findings come from the report's analysis, run on load (``engine.api.analyse``: today's rules, the
+capture rules on a deep capture too); findings the report's writer recorded that today's rules no
+longer give follow, marked "recorded". Each is a tree row with a severity dot, its title, and children
+for the evidence numbers and the suggested change. The what-if projects the report's per-stage times
+onto a GPU from ``engine.specs.GPUS`` with ``engine.whatif.project`` and lists the assumptions it makes.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.api import UserError, project, specs
+from engine.api import Analysis, Report, UserError, analyse, project, specs
 
 SEVERITY_COLOURS = {"critical": "#d32f2f", "warning": "#ef8a00", "info": "#1e88e5"}
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -47,6 +48,8 @@ PREFERRED_TARGETS = ("Tesla T4", "A100 80GB SXM")
 NO_FINDINGS = "no findings: nothing in this report looks wrong to the rules"
 NO_REPORT = "no report yet: run the tracker or open a report"
 NO_COST = "no cost model in this report: run with bench to get one (trackscope bench --cost)"
+#: the title prefix of a finding the report recorded that today's rules no longer give
+RECORDED_PREFIX = "recorded: "
 WHATIF_COLUMNS = ("stage", "bound", "precision on target", "observed ms", "projected ms", "× observed")
 
 
@@ -108,7 +111,8 @@ class DiagnosisPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
-        self.report: dict[str, Any] | None = None
+        self.report: Report | None = None
+        self.analysis: Analysis | None = None
         self.projection: dict[str, Any] | None = None
 
         self.header = QLabel(NO_REPORT)
@@ -172,18 +176,17 @@ class DiagnosisPanel(QWidget):
         self.set_report(None)
 
     # -- input -------------------------------------------------------------------------------
-    def set_report(self, report: dict[str, Any] | None) -> None:
-        """Show a run report's findings and what-if (None clears the panel)."""
+    def set_report(self, report: Report | None, analysis: Analysis | None = None) -> None:
+        """Show a run report's findings (of its analysis: made here when not given) and what-if (None clears
+        the panel)."""
         self.report = report
+        self.analysis = analysis if analysis is not None or report is None else analyse(report)
         if report is None:
             self.header.setText(NO_REPORT)
         else:
-            config = report.get("config") or {}
-            device = report.get("device_name") or ((report.get("environment") or {}).get("gpu") or {}).get(
-                "name") or config.get("device", "?")
-            label = report.get("label") or f"{config.get('tracker', '?')} {config.get('precision', '')}"
-            created = f" · recorded {report['created']}" if report.get("created") else ""
-            self.header.setText(f"<b>{label}</b> on {device}{created}")
+            label = report.label or f"{report.config.tracker} {report.precision}"
+            created = f" · recorded {report.created}" if report.created else ""
+            self.header.setText(f"<b>{label}</b> on {report.device_name}{created}")
         self._fill_findings()
         self._choose_default_target()
         self._update_whatif()
@@ -198,15 +201,15 @@ class DiagnosisPanel(QWidget):
     # -- findings ----------------------------------------------------------------------------
     def _fill_findings(self) -> None:
         self.findings.clear()
-        if self.report is None:
+        if self.analysis is None:
             return
-        findings = [f for f in (self.report.get("findings") or []) if isinstance(f, dict)]
+        findings = [f.to_dict() for f in self.analysis.findings] + list(self.analysis.capture_findings)
+        findings.sort(key=lambda f: SEVERITY_ORDER.get(f.get("severity"), len(SEVERITY_ORDER)))
         if not findings:
             item = QTreeWidgetItem([NO_FINDINGS, "", ""])
             item.setForeground(0, QColor("gray"))
             self.findings.addTopLevelItem(item)
-            return
-        findings.sort(key=lambda f: SEVERITY_ORDER.get(f.get("severity"), len(SEVERITY_ORDER)))
+        findings += [{**x.to_dict(), "title": RECORDED_PREFIX + x.title} for x in self.analysis.recorded_only()]
         bold = QFont()
         bold.setBold(True)
         for i, finding in enumerate(findings):
@@ -266,8 +269,7 @@ class DiagnosisPanel(QWidget):
     def _choose_default_target(self) -> None:
         own = None
         if self.report is not None:
-            own = specs.lookup(self.report.get("device_name") or
-                               ((self.report.get("environment") or {}).get("gpu") or {}).get("name"))
+            own = specs.lookup(self.report.device_name)
         for name in PREFERRED_TARGETS:
             if own is None or own.name != name:
                 self.gpu_combo.blockSignals(True)
@@ -285,8 +287,8 @@ class DiagnosisPanel(QWidget):
         if self.report is None:
             self._clear_whatif("")
             return
-        cost = self.report.get("cost")
-        if not cost or not cost.get("stages"):
+        cost = self.analysis.cost if self.analysis is not None else None
+        if cost is None or not cost.stages:
             self._clear_whatif(NO_COST)
             return
         try:

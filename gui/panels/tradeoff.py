@@ -7,6 +7,7 @@ The rows, their fp32 baseline, speedup and divergence are ``engine.analysis.trad
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +29,13 @@ from engine.api import (
     GIB,
     MEMORY_PROCESS_RSS,
     MIB,
+    Report,
     ReportError,
     TradeoffRow,
     TradeoffTable,
+    as_report,
     load_reports,
     tradeoff_accuracy_axis,
-    validate_report,
 )
 
 #: one colour per precision in the scatter (and the precision cell)
@@ -153,13 +155,13 @@ class TradeoffPanel(QWidget):
         """The rows shown, by configuration (insertion order = first time a configuration was seen)."""
         return self.table_model.rows
 
-    def add_report(self, report: dict[str, Any], tracks: np.ndarray | None = None,
+    def add_report(self, report: Report | Mapping[str, Any], tracks: np.ndarray | None = None,
                    visible: np.ndarray | None = None) -> TradeoffRow:
-        """Add a run report; replaces the row of the same configuration. ReportError if it is not one.
-        tracks/visible: the run's results, for a report built without them (the app's live runs)."""
-        if not isinstance(report, dict):
+        """Add a run report (a Report, or its JSON); replaces the row of the same configuration. ReportError if
+        it is not one. tracks/visible: the run's results, for a report built without them (the app's live runs)."""
+        if not isinstance(report, (Report, Mapping)):
             raise ReportError(f"not a run report: a {type(report).__name__}, not a JSON object")
-        report = validate_report(dict(report), f"report {report.get('label') or '(unlabelled)'}")
+        report = as_report(report)
         arrays = (tracks, visible) if tracks is not None and visible is not None else None
         row = self.table_model.add(report, arrays)
         self._refresh()
@@ -210,7 +212,7 @@ class TradeoffPanel(QWidget):
                          else f"no fp32 run of {row.tracker} on {row.device} at these batch sizes to compare with")
             px_tip = _PX_SOURCES.get(row.px_source, "no fp32 run with tracks to compare with")
             cells = [
-                (row.tracker, row.tracker, str(row.report.get("label") or "")),
+                (row.tracker, row.tracker, row.report.label),
                 (row.device, row.device, ""),
                 (row.precision, row.precision, ""),
                 (_int(row.points_per_batch), row.points_per_batch, ""),

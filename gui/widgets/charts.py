@@ -21,7 +21,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 
-from engine.api import RunConfig, clock_reason_mask
+from engine.api import Cost, Report, RunConfig, clock_reason_mask
 from gui.widgets.stage_colours import stage_colour
 
 POLL_HZ = 5.0  # highest paint rate; the sampler's data rate (10 Hz) is independent of it
@@ -115,7 +115,7 @@ class ChartsPanel(QWidget):
         self._last_sample: float | None = None
         self._bars_dirty = False  # a batch came in since the stage bars were drawn
         self._breakdown_due: float | None = None  # perf_counter time of the next breakdown redraw
-        self._cost: dict[str, Any] | None = None  # the latest run's cost model, labelled in the breakdown
+        self._cost: Cost | None = None  # the latest run's roofline (its analysis), labelled in the breakdown
         self._follow = True
         self._run_first_batch = 0  # index in _batches of the latest run's first batch
         self._marker_items: list[pg.InfiniteLine] = []
@@ -358,8 +358,8 @@ class ChartsPanel(QWidget):
         self._x_want = (lo - pad, hi + pad)
         self._bars_dirty = True
 
-    def set_cost(self, cost: dict[str, Any] | None) -> None:
-        """The finished run's cost model: the next tick redraws the breakdown with % of roofline."""
+    def set_cost(self, cost: Cost | None) -> None:
+        """The finished run's roofline (from its analysis): the next tick redraws the breakdown with % of it."""
         self._cost = cost
         self._breakdown_due = time.perf_counter()
 
@@ -481,7 +481,7 @@ class ChartsPanel(QWidget):
                 out[k] = out.get(k, 0.0) + v
         return out
 
-    def set_breakdown(self, totals: dict[str, float], cost: dict[str, Any] | None = None) -> None:
+    def set_breakdown(self, totals: dict[str, float], cost: Cost | None = None) -> None:
         """Horizontal bars of ms per stage, labelled with % of roofline where ``cost`` has it.
 
         Items are rebuilt only when the stages change; otherwise bars and labels update in place and
@@ -496,16 +496,14 @@ class ChartsPanel(QWidget):
             return
         ms = np.array([totals[s] for s in names])
         total = float(ms.sum())
-        cost_stages = (cost or {}).get("stages") or {}
+        cost_stages = cost.stages if cost is not None else {}
         labels, roofline = [], False
         for i, s in enumerate(names):
             label = f"{ms[i]:.1f} ms ({100 * ms[i] / total:.0f}%)"
-            c = cost_stages.get(s) or {}
-            if c.get("pct_of_roofline") is not None:
+            c = cost_stages.get(s)
+            if c is not None and c.pct_of_roofline is not None:
                 roofline = True
-                label += f" · roofline {c['pct_of_roofline']:.0f}%"
-                if c.get("bound"):
-                    label += f" ({c['bound']})"
+                label += f" · roofline {c.pct_of_roofline:.0f}% ({c.bound})"
             labels.append(label)
         if names != self._breakdown_names:
             self._build_breakdown(names, len(ms))
@@ -554,12 +552,10 @@ class ChartsPanel(QWidget):
         if totals:  # a run that has no batch yet leaves the previous run's breakdown up, not an empty one
             self.set_breakdown(totals, self._cost)
 
-    def _clip_cold(self, report: dict[str, Any]) -> None:
+    def _clip_cold(self, report: Report) -> None:
         """Scale the stage axis to the warm batches when a cold run dwarfs them, and label the cold bar."""
-        warm = [sum((b.get("stage_ms") or {}).values()) for r in report.get("runs") or [] if not r.get("cold")
-                for b in r.get("batches") or []]
-        cold = [(float(r.get("start_s", 0.0)), sum((b.get("stage_ms") or {}).values()))
-                for r in report.get("runs") or [] if r.get("cold") for b in r.get("batches") or []]
+        warm = [sum(b.stage_ms.values()) for r in report.runs if not r.cold for b in r.batches]
+        cold = [(r.start_s, sum(b.stage_ms.values())) for r in report.runs if r.cold for b in r.batches]
         if not warm or not cold or max(h for _, h in cold) < COLD_CLIP_RATIO * max(warm):
             return
         self._stage_top = max(warm) * WARM_HEADROOM
@@ -602,8 +598,9 @@ class ChartsPanel(QWidget):
         self.set_breakdown({})
 
     # -- replay -------------------------------------------------------------------------------------------------
-    def show_report(self, report: dict[str, Any]) -> None:
-        """Replay a report: its telemetry series, its batches as stage bars, its cost breakdown.
+    def show_report(self, report: Report, cost: Cost | None = None) -> None:
+        """Replay a report: its telemetry series, its batches as stage bars, its breakdown (with the roofline
+        of its analysis, ``cost``).
 
         Live polling pauses (the sampler is kept) until the next run starts (``follow``).
         """
@@ -611,13 +608,12 @@ class ChartsPanel(QWidget):
         self.live = False
         self._follow = False
         self.clear_runs()
-        self.set_stages(report.get("stages") or [])
-        tel = report.get("telemetry") or None
-        if tel:
-            self.set_static(tel.get("static") or {}, tel.get("availability") or {})
-            snap = {"t": np.asarray(tel.get("t") or [], np.float64)}
-            for k, v in (tel.get("metrics") or {}).items():
-                arr = np.asarray([np.nan if x is None else x for x in v], np.float64)
+        self.set_stages(list(report.stages))
+        tel = report.telemetry
+        if tel is not None:
+            self.set_static(dict(tel.static), dict(tel.availability))
+            snap = {"t": tel.t}
+            for k, arr in tel.metrics.items():
                 if arr.ndim == 1 and len(arr) == len(snap["t"]):
                     snap[k] = arr
             self.show_telemetry(snap, 0.0)
@@ -626,24 +622,21 @@ class ChartsPanel(QWidget):
                                         f"({len(snap['t'])} samples), not live from this machine.")
         else:
             self.set_static({}, {"gpu_busy_pct": "the report has no telemetry"})
-        offset = 0.0
-        previous: dict | None = None
-        for run in report.get("runs") or []:
-            start = float(run.get("start_s", offset))
-            for b in run.get("batches") or []:
-                t_end, wall_s = start + float(b.get("t", 0.0)), float(b.get("wall_ms", 0.0)) / 1e3
-                self._batches.append((t_end, wall_s, dict(b.get("stage_ms") or {})))
-                cfg = b.get("config")
+        previous: RunConfig | None = None
+        for run in report.runs:
+            start = run.start_s
+            for b in run.batches:
+                t_end, wall_s = start + (b.t or 0.0), b.wall_ms / 1e3
+                self._batches.append((t_end, wall_s, dict(b.stage_ms)))
+                cfg = b.config
                 if cfg and previous is not None and cfg != previous:  # a live toggle during the recorded run
-                    self.mark(t_end - wall_s, RunConfig.from_dict(cfg).label())
+                    self.mark(t_end - wall_s, cfg.label())
                 previous = cfg or previous
-            offset = start + float(run.get("wall_ms", 0.0)) / 1e3
         self._draw_stage_bars()
         self._clip_cold(report)
-        from engine.api import stage_ms
-
-        self.set_breakdown(stage_ms(report) or self.stage_totals(last_run=False), report.get("cost"))
-        self.breakdown.setTitle("Per-stage breakdown of a typical run (ms)" if stage_ms(report) else
+        typical = report.totals.stage_ms  # the typical run's, when the report's totals say it
+        self.set_breakdown(typical or self.stage_totals(last_run=False), cost)
+        self.breakdown.setTitle("Per-stage breakdown of a typical run (ms)" if typical else
                                 "Per-stage breakdown, all runs (ms)")
-        xs = [b[0] for b in self._batches] + list(np.asarray((tel or {}).get("t") or [0.0]))
+        xs = [b[0] for b in self._batches] + (list(tel.t) if tel is not None and tel.t.size else [0.0])
         self.util.setXRange(min(0.0, min(xs)), max(xs) or 1.0, padding=0.02)
