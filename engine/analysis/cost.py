@@ -154,7 +154,7 @@ class CostCounter:
         cost.bytes += nbytes
         cost.ops += 1
         if flops:
-            cost.flops_by_precision[_DTYPE_PRECISION.get(dtype, "fp32")] += flops
+            cost.flops_by_precision[_DTYPE_PRECISION.get(dtype, "fp32") if dtype is not None else "fp32"] += flops
 
     def open_stage(self, name: str) -> None:
         """Make sure ``name`` appears in the result even if it runs no torch op (host stage)."""

@@ -133,7 +133,7 @@ def rule_host_bound(f: Facts) -> list[Finding]:
         return []
     evidence = {"gpu_busy_pct": busy, "process_cpu_pct": proc, "cpu_pct": _mean(f.warm_metric("cpu_pct"))}
     title = f"the GPU is busy {busy:.0f}% of the time while the process keeps {proc / 100:.1f} CPU cores busy"
-    top = max(f.stage_ms, key=f.stage_ms.get) if f.stage_ms else None
+    top = max(f.stage_ms, key=lambda s: f.stage_ms[s]) if f.stage_ms else None
     points = max((p for p, _ in f.batch_points), default=0)
     ops = f.ops(top) / f.batches_per_run
     if top is not None and points and ops / points >= PER_POINT_OPS_HINT:
@@ -193,7 +193,7 @@ def rule_cold_start(f: Facts) -> list[Finding]:
     if ratio < COLD_WARM_RATIO or f.cold_ms - f.warm_ms < COLD_EXCESS_MIN_MS:
         return []
     excess = {s: ms - f.stage_ms.get(s, 0.0) for s, ms in f.cold_stage_ms.items()}
-    worst = max(excess, key=excess.get) if excess else None
+    worst = max(excess, key=lambda s: excess[s]) if excess else None
     evidence = {"cold_ms": f.cold_ms, "warm_ms": f.warm_ms, "ratio": ratio, "threshold_ratio": COLD_WARM_RATIO}
     if worst is not None:
         evidence.update({"stage_cold_ms": f.cold_stage_ms[worst], "stage_warm_ms": f.stage_ms.get(worst, 0.0)})

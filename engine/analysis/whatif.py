@@ -16,7 +16,7 @@ launches, syncs and host work do not follow the peaks.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine.analysis.roofline import report_cost
@@ -91,7 +91,7 @@ def project(report: Report | Mapping[str, Any], target_gpu: str) -> dict[str, An
         movable = row["bound"] not in KEPT_BOUNDS or (row["bound"] == "latency" and source.kind == "cpu")
         usable = (ms is not None and ms > 0 and movable and src_roof > 0
                   and math.isfinite(src_roof) and math.isfinite(tgt_roof))
-        if usable:
+        if usable and ms is not None:
             efficiency = min(1.0, src_roof * 1e3 / ms)
             row.update({"efficiency": efficiency, "source_roofline_ms": src_roof * 1e3,
                         "target_roofline_ms": tgt_roof * 1e3, "projected_ms": tgt_roof * 1e3 / efficiency,
@@ -149,7 +149,7 @@ def format_projection(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _table(rows: list[tuple[str, ...]]) -> list[str]:
+def _table(rows: Sequence[tuple[str, ...]]) -> list[str]:
     """Left-align the first column, right-align the rest."""
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     out = []

@@ -104,6 +104,7 @@ class Report:
         work = f.obj("work", required=False)
         video, tracker = f.obj("video", required=False), f.obj("tracker", required=False)
         env = f.obj("environment")
+        assert env is not None  # required: Fields.obj raised otherwise
         return cls(
             environment=Environment.from_dict(env.data, env.path),
             config=read_config(f.raw("config", required=True), f.at("config")),
