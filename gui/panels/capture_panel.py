@@ -34,6 +34,8 @@ from PySide6.QtWidgets import (
 from engine.api import CaptureSummary, ReportError, TimelineData, diagnose_capture, forward_body, load_timeline
 from gui.widgets.timeline import TimelineWidget
 
+#: width of the stage / module / kernel column: wide enough for 'updater.blocks.3.attn'
+NAME_COLUMN_PX = 230
 COLUMNS = ("Stage / module / kernel", "Wall ms", "GPU ms", "Count", "Class / notes")
 COL_NAME, COL_WALL, COL_GPU, COL_COUNT, COL_CLASS = range(len(COLUMNS))
 ROLE = Qt.ItemDataRole.UserRole
@@ -152,9 +154,10 @@ class CapturePanel(QWidget):
         self.tree.setAlternatingRowColors(True)
         self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # "(forward body of upd…s.0.attn)"
         header = self.tree.header()
-        header.setStretchLastSection(False)
-        header.setSectionResizeMode(COL_NAME, QHeaderView.ResizeMode.Stretch)
-        for col in (COL_WALL, COL_GPU, COL_COUNT, COL_CLASS):
+        header.setStretchLastSection(True)  # the class/notes column takes what is left
+        header.setSectionResizeMode(COL_NAME, QHeaderView.ResizeMode.Interactive)
+        self.tree.setColumnWidth(COL_NAME, NAME_COLUMN_PX)  # names first: a narrow tab scrolls the numbers
+        for col in (COL_WALL, COL_GPU, COL_COUNT):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
         self.tree.itemClicked.connect(self._on_tree_clicked)
 
