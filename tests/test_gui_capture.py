@@ -46,3 +46,23 @@ def test_deep_capture_needs_a_video_and_refuses_during_a_run(qtbot, window):
     window.capture._is_running = lambda: True
     assert not window.capture.start()
     assert not window.capture.busy
+
+
+def test_a_report_never_selects_a_plugin_tracker(qtbot, window, tmp_path):
+    """A shared report names its plugin; the app shows the name and keeps its own tracker selected."""
+    import json
+
+    from engine.api import SAMPLE_VIDEO, load_report
+    from tests.test_h200_recorded import DATA
+
+    report = json.loads((DATA / "corrtrack_bf16_p256_sample.json").read_text())
+    report["config"]["tracker"] = "evil_module:factory"
+    report["video"]["path"] = str(SAMPLE_VIDEO)
+    path = tmp_path / "shared.json"
+    path.write_text(json.dumps(report))
+    load_report(path)  # a valid report
+    before = window.state.config.tracker
+    assert window.load_path(str(path))
+    assert window.state.config.tracker == before
+    assert window.state.config.precision == "bf16"  # the rest of the configuration is adopted
+    assert "evil_module:factory" in window.banner.message

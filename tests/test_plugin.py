@@ -160,3 +160,17 @@ def test_exception_inside_a_submodule_closes_its_stage():
     second = run_session("boom", tracker)  # no stage left open from the failed call
     assert isinstance(second[-1], Finished)
     assert "boom" in next(e for e in second if isinstance(e, BatchDone)).stage_ms
+
+
+def test_the_current_folder_is_not_searched_for_plugins(tmp_path, monkeypatch):
+    """A plugin is code: a module lying in the folder the app happens to start in is not imported."""
+    import sys
+
+    from engine.core.errors import TrackerError
+    from engine.trackers.registry import load_tracker
+
+    (tmp_path / "planted_here.py").write_text("raise SystemExit('imported from the current folder')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    with pytest.raises(TrackerError, match="PYTHONPATH=."):
+        load_tracker("planted_here:factory")

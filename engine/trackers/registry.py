@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import os
-import sys
 import threading
 from importlib import metadata
 from typing import Callable
@@ -55,13 +53,12 @@ def load_tracker(name: str) -> Tracker:
     factory: object
     if ":" in name:
         module_name, _, attr = name.partition(":")
-        if "" not in sys.path and os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())  # as `python -m` does: plugins beside the user's work import
         try:
             module = importlib.import_module(module_name)
         except Exception as exc:
             raise TrackerError(f"plugin tracker {name!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc}",
-                               "check the module is on PYTHONPATH") from exc
+                               "check the module is on PYTHONPATH (the current folder is not searched unless "
+                               "asked: PYTHONPATH=. trackscope ...)") from exc
         try:
             factory = getattr(module, attr)
         except AttributeError as exc:

@@ -19,6 +19,7 @@ from engine.api import (
     ReportVideo,
     UserError,
     VideoGeometry,
+    available_trackers,
     grid_queries,
     ground_truth_sidecar,
     load_ground_truth,
@@ -164,9 +165,20 @@ class FileController(QObject):
             self.state.add_history(run)
 
     def _adopt_config(self, config: dict[str, Any]) -> None:
-        """Take a replayed report's tracker, precision and batch sizes, so Run repeats them here."""
+        """Take a replayed report's tracker, precision and batch sizes, so Run repeats them here.
+
+        A report never selects a plugin (``module:factory`` or an installed name this app does not list):
+        a plugin is code, and a shared file must not choose what the app imports. It is named instead,
+        and runs only after the user picks it.
+        """
+        changes = {k: config[k] for k in ADOPTED_CONFIG if k in config}
+        tracker = changes.get("tracker")
+        if tracker is not None and tracker not in available_trackers():
+            del changes["tracker"]
+            self.state.post_message(f"the report was made with the plugin tracker {str(tracker)[:200]!r}; it is "
+                                    "not selected (a plugin is code: pick it yourself to run it)", level="info")
         try:
-            adopted = self.state.config.with_changes(**{k: config[k] for k in ADOPTED_CONFIG if k in config})
+            adopted = self.state.config.with_changes(**changes)
         except (TypeError, ValueError):
             return
         self.state.set_config(adopted)

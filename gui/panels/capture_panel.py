@@ -42,6 +42,8 @@ from engine.api import (
 )
 from gui.widgets.timeline import TimelineWidget
 
+#: width of the stage / module / kernel column: wide enough for 'updater.blocks.3.attn'
+NAME_COLUMN_PX = 230
 COLUMNS = ("Stage / module / kernel", "Wall ms", "GPU ms", "Count", "Class / notes")
 COL_NAME, COL_WALL, COL_GPU, COL_COUNT, COL_CLASS = range(len(COLUMNS))
 ROLE = Qt.ItemDataRole.UserRole
@@ -160,9 +162,10 @@ class CapturePanel(QWidget):
         self.tree.setAlternatingRowColors(True)
         self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # "(forward body of upd…s.0.attn)"
         header = self.tree.header()
-        header.setStretchLastSection(False)
-        header.setSectionResizeMode(COL_NAME, QHeaderView.ResizeMode.Stretch)
-        for col in (COL_WALL, COL_GPU, COL_COUNT, COL_CLASS):
+        header.setStretchLastSection(True)  # the class/notes column takes what is left
+        header.setSectionResizeMode(COL_NAME, QHeaderView.ResizeMode.Interactive)
+        self.tree.setColumnWidth(COL_NAME, NAME_COLUMN_PX)  # names first: a narrow tab scrolls the numbers
+        for col in (COL_WALL, COL_GPU, COL_COUNT):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
         self.tree.itemClicked.connect(self._on_tree_clicked)
 
