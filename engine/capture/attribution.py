@@ -226,7 +226,7 @@ class _Sites:
                 return f"{label} (.{via})" if via else label
             if via is None:
                 via = builtin_name(frame)
-            frame = self.by_id.get(frame.parent_id)
+            frame = self.by_id.get(frame.parent_id) if frame.parent_id is not None else None
             seen += 1
         return None
 
@@ -307,11 +307,12 @@ def attribute(trace: Trace, module_parents: frozenset[str] = frozenset()) -> Att
     op_gpu_us: dict[int, float] = defaultdict(float)
     busy: list[tuple[float, float]] = []
     for k in trace.kernels:
-        key = call_key.get(k.correlation) if k.correlation is not None else None
-        if key is None:
+        found = call_key.get(k.correlation) if k.correlation is not None else None
+        if found is None:
             if not _inside(window, k.start, k.dur):
                 continue
-            key = (OUTSIDE_STAGES, UNATTRIBUTED)
+            found = (OUTSIDE_STAGES, UNATTRIBUTED)
+        key = found
         b = buckets[key]
         b.kernels += 1
         b.kernel_us += k.dur
@@ -320,17 +321,18 @@ def attribute(trace: Trace, module_parents: frozenset[str] = frozenset()) -> Att
         kb = kernel_buckets[(key[0], key[1], k.name)]
         kb[0] += 1
         kb[1] += k.dur
-        owner = call_op.get(k.correlation)
+        owner = call_op.get(k.correlation) if k.correlation is not None else None
         if owner is not None and owner[0] is not None:
             op_gpu_us[id(owner[0])] += k.dur
         busy.append((k.start, k.end))
     copy_of_call: dict[int, Any] = {}
     for c in trace.copies:
-        key = call_key.get(c.correlation) if c.correlation is not None else None
-        if key is None:
+        found = call_key.get(c.correlation) if c.correlation is not None else None
+        if found is None:
             if not _inside(window, c.start, c.dur):
                 continue
-            key = (OUTSIDE_STAGES, UNATTRIBUTED)
+            found = (OUTSIDE_STAGES, UNATTRIBUTED)
+        key = found
         b = buckets[key]
         if c.op == "memset":
             b.memsets += 1
@@ -393,19 +395,19 @@ def attribute(trace: Trace, module_parents: frozenset[str] = frozenset()) -> Att
                 continue
             # a blocking call returns when the GPU work it waits for is done, so the one that caused the gap
             # ends right at its start; a sync wins over a blocking DtoH copy
-            cause, site = "host", None
-            k = bisect.bisect_left(block_ends, gs - CAUSE_TOLERANCE_US)
-            while k < len(blocking) and block_ends[k] <= gs + CAUSE_TOLERANCE_US:
-                c = blocking[k]
-                if c.kind == "sync":
-                    cause, site = "sync", call_site.get(id(c))
+            cause, gap_site = "host", None
+            bi = bisect.bisect_left(block_ends, gs - CAUSE_TOLERANCE_US)
+            while bi < len(blocking) and block_ends[bi] <= gs + CAUSE_TOLERANCE_US:
+                bc = blocking[bi]
+                if bc.kind == "sync":
+                    cause, gap_site = "sync", call_site.get(id(bc))
                     break
-                if c.correlation in copy_of_call and copy_of_call[c.correlation].direction == "DtoH":
+                if bc.correlation in copy_of_call and copy_of_call[bc.correlation].direction == "DtoH":
                     cause = "copy"
-                k += 1
+                bi += 1
             j = max(0, bisect.bisect_right(seg_starts, (gs + ge) / 2) - 1)
             key = segments[j][2] if segments else (OUTSIDE_STAGES, OUTSIDE_STAGES)
-            gaps.append(Gap(gs, ge - gs, key[0], key[1], cause, site))
+            gaps.append(Gap(gs, ge - gs, key[0], key[1], cause, gap_site))
     # -- host round trips (DtoH, CPU ops, HtoD) on the main thread ---------------------------------------
     round_trips: list[RoundTrip] = []
     if has_gpu and main is not None:
@@ -431,9 +433,10 @@ def attribute(trace: Trace, module_parents: frozenset[str] = frozenset()) -> Att
                 by_name: dict[str, float] = defaultdict(float)
                 for op in between:
                     by_name[op.name] += op.dur
-                key = call_key.get(call.correlation, (OUTSIDE_STAGES, OUTSIDE_STAGES))
+                key = (call_key.get(call.correlation, (OUTSIDE_STAGES, OUTSIDE_STAGES)) if call.correlation is not None
+                       else (OUTSIDE_STAGES, OUTSIDE_STAGES))
                 round_trips.append(RoundTrip(key[0], key[1], copy.bytes, back.bytes, b_ - a, copy.dur + back.dur,
-                                             sorted(by_name, key=by_name.get, reverse=True)[:5]))
+                                             sorted(by_name, key=lambda n: by_name[n], reverse=True)[:5]))
                 i = nxt + 1
             else:
                 i += 1

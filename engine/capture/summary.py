@@ -253,7 +253,7 @@ def _check(hint: Any, value: Any, path: str) -> Any:
     if dataclasses.is_dataclass(hint):
         if not isinstance(value, dict):
             raise ReportError(f"{path}: expected an object, got {type(value).__name__}")
-        return _from_plain(hint, value, path)
+        return _from_plain(typing.cast(type, hint), value, path)  # a field's hint: the class, never an instance
     if hint is bool:
         if not isinstance(value, bool):
             raise ReportError(f"{path}: expected true/false, got {value!r}")
@@ -365,7 +365,9 @@ def _build(att: Attribution, base: dict[str, Any], precision: str, capability: t
     module_rows = tuple(mod_row(m, b) for m, b in sorted(modules.items(), key=lambda kv: -cost(kv[1]))[:TOP_MODULES])
     cells = tuple(_row(s, m, b) for (s, m), b in
                   sorted(att.buckets.items(), key=lambda kv: -cost(kv[1]))[:TOP_CELLS])
-    kernel_rows, class_ms, legacy = [], {}, []
+    kernel_rows: list[KernelRow] = []
+    class_ms: dict[str, float] = {}
+    legacy: list[KernelRow] = []
     owner: dict[str, tuple[float, str, str]] = {}
     for (stage, module, name), (_, us) in att.kernel_buckets.items():
         if us > owner.get(name, (-1.0, "", ""))[0]:
@@ -397,7 +399,7 @@ def _build(att: Attribution, base: dict[str, Any], precision: str, capability: t
                     min(1.0, named_tracker / tracker_wall) if tracker_wall > 0 else None)
     sites = tuple(SyncSite(s, int(c), _ms(us)) for s, (c, us) in
                   sorted(att.sync_sites.items(), key=lambda kv: -kv[1][0])[:TOP_SITES])
-    fp32 = ()
+    fp32: tuple[Fp32Op, ...] = ()
     if precision in AUTOCAST_PRECISIONS:
         fp32 = tuple(Fp32Op(op, module, int(c), _ms(g), _ms(cpu)) for (op, module), (c, g, cpu) in
                      sorted(att.fp32_ops.items(), key=lambda kv: -(kv[1][1] or kv[1][2]))[:TOP_FP32_OPS])

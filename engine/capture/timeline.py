@@ -254,7 +254,7 @@ class _Builder:
         t = self.trace
         window = t.run_window
         if window is None:
-            spans = [(e.start, e.end) for e in (*t.kernels, *t.copies)]
+            spans = [(e.start, e.end) for e in t.kernels] + [(e.start, e.end) for e in t.copies]
             if not spans:
                 return TimelineData(max_items=max_items)
             window = min(s for s, _ in spans), max(e for _, e in spans)
@@ -271,7 +271,8 @@ class _Builder:
         copies = [e for e in t.copies if inside(e)]
 
         # attribution of host events: innermost stage and module on their own thread, at their midpoint
-        tids = sorted({e.tid for e in (*cpu_ops, *runtime, *stages, *modules)})
+        tids = sorted({e.tid for e in cpu_ops} | {e.tid for e in runtime} | {r.tid for r in stages}
+                      | {r.tid for r in modules})
         stages_by = {tid: [r for r in stages if r.tid == tid] for tid in tids}
         modules_by = {tid: [r for r in modules if r.tid == tid] for tid in tids}
         module_nest = {tid: _depths(rs) for tid, rs in modules_by.items()}  # (depths, parent indices)
@@ -314,7 +315,7 @@ class _Builder:
                 lanes.append(self.lane(f"modules {d}{suffix}", "module", by_depth[d]))
         # CPU ops and API calls per thread
         corr: dict[int, tuple[int, int]] = {}
-        host_tids = [tid for tid in tids if any(e.tid == tid for e in (*cpu_ops, *runtime))]
+        host_tids = [tid for tid in tids if any(e.tid == tid for e in cpu_ops) or any(e.tid == tid for e in runtime)]
         main = t.main_tid
         host_tids.sort(key=lambda tid: (tid != main, tid))
         host_lanes: list[Lane] = []
@@ -332,10 +333,10 @@ class _Builder:
             calls = [e for e in runtime if e.tid == tid]
             if calls:
                 rows = []
-                for e, (si, mi) in zip(calls, keys(tid, calls)):
-                    rows.append((e.start, e.dur, self.name(e.name), self.cls(f"api {e.kind}"), si, mi))
-                    if e.correlation is not None:
-                        corr[e.correlation] = (si, mi)
+                for call, (si, mi) in zip(calls, keys(tid, calls)):
+                    rows.append((call.start, call.dur, self.name(call.name), self.cls(f"api {call.kind}"), si, mi))
+                    if call.correlation is not None:
+                        corr[call.correlation] = (si, mi)
                 host_lanes.append(self.lane(f"CUDA API (thread {tid})", "runtime", rows))
         # GPU work per stream, attributed through the launching call
         gpu_lanes: list[Lane] = []

@@ -159,7 +159,7 @@ class Trace:
         """(start, end) of the captured run: its range, else the span of the CPU events."""
         if self.runs:
             return self.runs[0].start, self.runs[-1].end
-        spans = [(e.start, e.end) for e in (*self.cpu_ops, *self.runtime)]
+        spans = [(e.start, e.end) for e in self.cpu_ops] + [(e.start, e.end) for e in self.runtime]
         if not spans:
             return None
         return min(s for s, _ in spans), max(e for _, e in spans)
@@ -174,7 +174,7 @@ class Trace:
         counts: dict[int, int] = {}
         for op in self.cpu_ops:
             counts[op.tid] = counts.get(op.tid, 0) + 1
-        return max(counts, key=counts.get)
+        return max(counts, key=lambda t: counts[t])
 
 
 def _num(value: Any, default: float = 0.0) -> float:
@@ -234,7 +234,8 @@ def parse_events(events: list[Mapping[str, Any]], meta: Mapping[str, Any] | None
             continue
         cat = str(ev.get("cat", ""))
         name = str(ev.get("name", ""))
-        args = ev.get("args") if isinstance(ev.get("args"), Mapping) else {}
+        raw_args = ev.get("args")
+        args: Mapping[str, Any] = raw_args if isinstance(raw_args, Mapping) else {}
         start, dur, tid = _num(ev.get("ts")), max(0.0, _num(ev.get("dur"))), _tid(ev.get("tid"))
         if cat == "cpu_op":
             dims = args.get("Input Dims", ())
@@ -246,8 +247,8 @@ def parse_events(events: list[Mapping[str, Any]], meta: Mapping[str, Any] | None
         elif cat in ("cuda_runtime", "cuda_driver"):
             trace.runtime.append(RuntimeCall(name, tid, start, dur, _int(args.get("correlation")), runtime_kind(name)))
         elif cat == "kernel":
-            trace.kernels.append(GpuKernel(name, _int(args.get("device")) or 0,
-                                           _int(args.get("stream")) if _int(args.get("stream")) is not None else tid,
+            stream = _int(args.get("stream"))
+            trace.kernels.append(GpuKernel(name, _int(args.get("device")) or 0, stream if stream is not None else tid,
                                            start, dur, _int(args.get("correlation"))))
         elif cat in ("gpu_memcpy", "gpu_memset"):
             op, direction, src, dst = parse_copy_name(name)
