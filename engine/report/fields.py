@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -55,6 +55,10 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, _NUMBER_TYPES) and not isinstance(value, bool)
 
 
+@overload
+def number_value(value: Any, path: str, nullable: Literal[False] = ..., minimum: float | None = ...) -> float: ...
+@overload
+def number_value(value: Any, path: str, nullable: bool, minimum: float | None = ...) -> float | None: ...
 def number_value(value: Any, path: str, nullable: bool = False, minimum: float | None = None) -> float | None:
     """A finite float; None for null, NaN or inf where nullable."""
     if value is None and nullable:
@@ -71,6 +75,10 @@ def number_value(value: Any, path: str, nullable: bool = False, minimum: float |
     return value
 
 
+@overload
+def integer_value(value: Any, path: str, nullable: Literal[False] = ..., minimum: int | None = ...) -> int: ...
+@overload
+def integer_value(value: Any, path: str, nullable: bool, minimum: int | None = ...) -> int | None: ...
 def integer_value(value: Any, path: str, nullable: bool = False, minimum: int | None = None) -> int | None:
     """A whole number (an integral float is accepted); None for null where nullable."""
     if value is None and nullable:
@@ -84,6 +92,10 @@ def integer_value(value: Any, path: str, nullable: bool = False, minimum: int | 
     return value
 
 
+@overload
+def string_value(value: Any, path: str, nullable: Literal[False] = ...) -> str: ...
+@overload
+def string_value(value: Any, path: str, nullable: bool) -> str | None: ...
 def string_value(value: Any, path: str, nullable: bool = False) -> str | None:
     """A string; None for null where nullable."""
     if value is None and nullable:
@@ -149,7 +161,8 @@ def number_array(value: Any, path: str, ndim: int, nullable: bool = True, dtype:
         where = path + "".join(f"[{int(i)}]" for i in index)
         raise fail(where, "a number" + (" or null" if nullable else ""), bad)
     if type(None) in kinds:
-        flat = np.where(np.equal(flat, None), np.nan, flat)
+        # numpy's stubs have no overload for an elementwise comparison with None (an object array's nulls)
+        flat = np.where(np.equal(flat, None), np.nan, flat)  # type: ignore[call-overload]
     out = np.asarray(flat.astype(np.float64).reshape(arr.shape))
     finite = np.isfinite(out)
     if not finite.all():

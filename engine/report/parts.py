@@ -355,10 +355,11 @@ class Totals:
     @classmethod
     def from_dict(cls, data: Any, path: str = "totals") -> Totals:
         f = Fields(data, path)
-        ms = {key: f.opt_number(key, 0.0) for key in ("warm_ms_median", "warm_ms_min", "cold_ms")}
-        counts = {key: f.integer(key, 0, 0) for key in ("num_points", "num_frames", "num_runs", "num_warm_runs",
-                                                         "num_failed_runs")}
-        return cls(**ms, **counts, stage_ms=_stage_ms(f), stage_ms_basis=f.string("stage_ms_basis", "none"),
+        return cls(warm_ms_median=f.opt_number("warm_ms_median", 0.0), warm_ms_min=f.opt_number("warm_ms_min", 0.0),
+                   cold_ms=f.opt_number("cold_ms", 0.0), num_points=f.integer("num_points", 0, 0),
+                   num_frames=f.integer("num_frames", 0, 0), num_runs=f.integer("num_runs", 0, 0),
+                   num_warm_runs=f.integer("num_warm_runs", 0, 0), num_failed_runs=f.integer("num_failed_runs", 0, 0),
+                   stage_ms=_stage_ms(f), stage_ms_basis=f.string("stage_ms_basis", "none"),
                    frames_per_s=f.opt_number("frames_per_s", 0.0),
                    point_frames_per_s=f.opt_number("point_frames_per_s", 0.0),
                    peak_memory_bytes=f.opt_integer("peak_memory_bytes", 0),
@@ -391,13 +392,14 @@ class TelemetryWindow(_ArrayEq):
         t = number_array(f.raw("t", required=True), f.at("t"), 1)
         sub = f.obj("metrics", required=False)
         metrics = {}
-        for key, values in (sub.data.items() if sub else ()):
-            where = sub.at(key)
-            ndim = 2 if isinstance(values, list) and values and isinstance(values[0], list) else 1
-            series = number_array(values, where, ndim)
-            if series.shape[0] != t.shape[0]:
-                raise fail(where, f"{t.shape[0]} samples (as many as t)", values)
-            metrics[key] = series
+        if sub is not None:
+            for key, values in sub.data.items():
+                where = sub.at(key)
+                ndim = 2 if isinstance(values, list) and values and isinstance(values[0], list) else 1
+                series = number_array(values, where, ndim)
+                if series.shape[0] != t.shape[0]:
+                    raise fail(where, f"{t.shape[0]} samples (as many as t)", values)
+                metrics[key] = series
         return cls(t=t, metrics=metrics, availability=f.string_map("availability"),
                    static=f.opaque_map("static") or {}, extra=f.rest())
 
