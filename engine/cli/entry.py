@@ -14,7 +14,7 @@ import importlib.metadata
 import sys
 import traceback
 from pathlib import Path
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from engine.core.errors import UserError
 
@@ -45,7 +45,7 @@ def commands() -> dict[str, tuple[str, str]]:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
+    def error(self, message: str) -> NoReturn:  # one line, exit 2
         self.print_usage(sys.stderr)
         print(f"trackscope: error: {message}", file=sys.stderr)
         raise SystemExit(2)

@@ -55,7 +55,7 @@ class StageTimer:
         self.nvtx = nvtx and self.use_cuda
         self._host_ms: dict[str, float] = defaultdict(float)
         self._pending: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
-        self._open: list[tuple[str, object]] = []
+        self._open: list[tuple[str, float | torch.cuda.Event]] = []
 
     def begin(self, name: str, host: bool = False) -> None:
         """Open a stage; pair with ``end(name)`` (used by forward hooks on plugin modules)."""

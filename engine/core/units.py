@@ -10,6 +10,7 @@ where they are read). Times are milliseconds; values under 1 ms keep three signi
 from __future__ import annotations
 
 import math
+from typing import TypeGuard
 
 MIB = 2**20
 GIB = 2**30
@@ -17,7 +18,7 @@ GB = 1e9  # decimal: bandwidth (GB/s) only, never a memory size
 MISSING = "-"
 
 
-def _finite(value: float | None) -> bool:
+def _finite(value: float | None) -> TypeGuard[float]:
     return value is not None and isinstance(value, (int, float)) and math.isfinite(value)
 
 

@@ -129,7 +129,10 @@ class VideoGeometry:
             width, height = data["source_width"], data["source_height"]
         except KeyError as exc:
             raise ValueError(f"a video geometry needs {exc.args[0]}") from None
-        return cls(width, height, data.get("frame_width", width), data.get("frame_height", height))
+        # unchecked JSON values (__post_init__ checks them); typed Any, as mypy reads dict.get(key, Any) as Optional
+        frame_width: Any = data.get("frame_width", width)
+        frame_height: Any = data.get("frame_height", height)
+        return cls(width, height, frame_width, frame_height)
 
 
 def _as_points(points: Any, width: int) -> np.ndarray:

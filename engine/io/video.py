@@ -31,6 +31,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import overload
 
 import cv2
 import numpy as np
@@ -133,6 +134,12 @@ def _to_rgb_uint8(image: np.ndarray, name: str) -> np.ndarray:
     raise VideoError(f"{name}: unsupported number of channels {channels}")
 
 
+@overload
+def _check_size(size: tuple[int, int]) -> tuple[int, int]: ...
+@overload
+def _check_size(size: None) -> None: ...
+@overload
+def _check_size(size: tuple[int, int] | None) -> tuple[int, int] | None: ...
 def _check_size(size: tuple[int, int] | None) -> tuple[int, int] | None:
     """Validate a (width, height) pair."""
     if size is None:
@@ -616,7 +623,9 @@ def write_video(path: str | Path, frames: np.ndarray, fps: float = DEFAULT_FPS) 
 def _write_frames(tmp: Path, path: Path, frames: np.ndarray, fourcc: str, fps: float) -> None:
     """Encode frames into tmp and check that what was written opens with every frame (else VideoError)."""
     height, width = frames.shape[1:3]
-    writer = cv2.VideoWriter(str(tmp), _capture_backend(), cv2.VideoWriter_fourcc(*fourcc), fps, (width, height))
+    # opencv's stubs list fourcc only as VideoWriter.fourcc; the module-level function exists at run time
+    code = cv2.VideoWriter_fourcc(*fourcc)  # type: ignore[attr-defined]
+    writer = cv2.VideoWriter(str(tmp), _capture_backend(), code, fps, (width, height))
     if not writer.isOpened():
         writer.release()
         raise VideoError(f"{path}: cannot open a {fourcc} video writer")

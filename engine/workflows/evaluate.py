@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import numpy as np
 
@@ -135,7 +135,7 @@ def _load_item(item: VideoItem, query_mode: str) -> tuple[np.ndarray, Any, np.nd
     return frames, info, queries, gt_tracks, gt_visible
 
 
-def _raise_failed(item: VideoItem, tracker_name: str, failed: Failed) -> None:
+def _raise_failed(item: VideoItem, tracker_name: str, failed: Failed) -> NoReturn:
     cls = {"oom": OutOfMemory, "tracker": TrackerError}.get(failed.kind, UserError)
     raise cls(f"{item.video}: tracker {tracker_name!r} failed: {failed.message}", failed.suggestion)
 
