@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtCore import QByteArray, QSettings
 
@@ -22,7 +23,7 @@ class Settings:
 
     # -- recent files -------------------------------------------------------------------------------
     def recent_files(self) -> list[str]:
-        value = self.store.value("recent_files", [])
+        value: Any = self.store.value("recent_files", [])  # QSettings.value is typed object
         if isinstance(value, str):
             value = [value]
         return [str(v) for v in (value or []) if v]

@@ -138,7 +138,7 @@ def test_app_records_the_same_queries_as_the_cli(qtbot, tmp_path, huge_video, cl
     assert w.load_path(huge_video[0]), w.banner.message  # the sidecar queries CSV comes with it
     np.testing.assert_allclose(w.queries, HUGE_QUERIES, atol=AGREE_PX)
     shown = w.view.image.mapRectToParent(w.view.image.boundingRect())  # the image placed in source pixels
-    assert (shown.left(), shown.width()) == (pytest.approx(-0.5 * w.view.geometry.scale[0]), pytest.approx(4200))
+    assert (shown.left(), shown.width()) == (pytest.approx(-0.5 * w.view.video_geometry.scale[0]), pytest.approx(4200))
     with qtbot.waitSignal(w.run_finished, timeout=20_000):
         assert w.start_run()
     qtbot.waitUntil(lambda: not w.controller.running and w.report is not None, timeout=5000)

@@ -360,7 +360,7 @@ def test_queries_csv_lands_on_shrunk_frames(qtbot, settings, tmp_path):
     write_queries_csv(tmp_path / "q.csv", np.array([[1, 20.0, 30.0]], np.float32))
     assert w.load_path(tmp_path / "q.csv")
     np.testing.assert_allclose(w.queries, [[1, 20.0, 30.0]])  # source pixels; the view places the frames in them
-    assert w.view.geometry.scale == (2.0, 2.0)
+    assert w.view.video_geometry.scale == (2.0, 2.0)
     w.close()
 
 

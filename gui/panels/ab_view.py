@@ -75,7 +75,7 @@ class ABView(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.frames: np.ndarray | None = None  # uint8 [T, H, W, 3]
-        self.geometry = VideoGeometry.unscaled(1, 1)  # source vs frame pixels of ``frames``
+        self.video_geometry = VideoGeometry.unscaled(1, 1)  # source vs frame pixels of ``frames``
         self.run_a: RunData | None = None
         self.run_b: RunData | None = None
         self.divergence: Divergence | None = None
@@ -196,8 +196,8 @@ class ABView(QWidget):
         self._draw()
         if self.frames is not None:  # after _draw: an ImageItem places its rect relative to the image it has
             h, w = self.frames.shape[1:3]
-            self.geometry = geometry or VideoGeometry.unscaled(w, h)
-            sx, sy = self.geometry.scale
+            self.video_geometry = geometry or VideoGeometry.unscaled(w, h)
+            sx, sy = self.video_geometry.scale
             for side in (self.side_a, self.side_b):
                 side.image.setRect(QRectF(-0.5 * sx, -0.5 * sy, w * sx, h * sy))
         self.fit()
@@ -256,7 +256,7 @@ class ABView(QWidget):
 
     def _video_size(self, run: RunData) -> tuple[int, int] | None:
         if self.frames is not None:
-            return self.geometry.source_size
+            return self.video_geometry.source_size
         geometry = run.report.video.geometry if run.report is not None else None
         return geometry.source_size if geometry is not None else None
 
@@ -443,7 +443,7 @@ class ABView(QWidget):
     def fit(self) -> None:
         """Zoom both views to the whole frame."""
         if self.frames is not None:
-            w, h = self.geometry.source_size
+            w, h = self.video_geometry.source_size
         elif self.run_a is not None:
             pts = self.run_a.tracks[np.isfinite(self.run_a.tracks).all(-1)]
             if not len(pts):

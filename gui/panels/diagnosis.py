@@ -204,7 +204,7 @@ class DiagnosisPanel(QWidget):
         if self.analysis is None:
             return
         findings = [f.to_dict() for f in self.analysis.findings] + list(self.analysis.capture_findings)
-        findings.sort(key=lambda f: SEVERITY_ORDER.get(f.get("severity"), len(SEVERITY_ORDER)))
+        findings.sort(key=lambda f: SEVERITY_ORDER.get(f.get("severity", ""), len(SEVERITY_ORDER)))
         if not findings:
             item = QTreeWidgetItem([NO_FINDINGS, "", ""])
             item.setForeground(0, QColor("gray"))

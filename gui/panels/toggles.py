@@ -8,7 +8,7 @@ next batch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QStandardItemModel
@@ -116,7 +116,7 @@ class TogglesPanel(QWidget):
         return "" if i < 0 else str(self.precision.itemData(i, Qt.ItemDataRole.UserRole) or "")
 
     def is_enabled(self, mode: str) -> bool:
-        model = self.precision.model()
+        model = cast(QStandardItemModel, self.precision.model())  # a combo box's own model (see above)
         i = self.precision.findText(mode)
         return i >= 0 and model.item(i).isEnabled()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyqtgraph as pg
@@ -294,8 +294,10 @@ class TradeoffPanel(QWidget):
                          f"({'ground truth' if axis == 'aj' else 'fp32 run with tracks'} needed)")
         self.note.setText("; ".join(notes))
         if by_precision:
-            all_ms = [r.ms for rows in by_precision.values() for r in rows]
-            all_y = [r.aj if axis == "aj" else r.px_vs_fp32 for rows in by_precision.values() for r in rows]
+            # by_precision holds only rows with ms and the axis's value (the loop above skipped the others)
+            all_ms = [cast(float, r.ms) for rows in by_precision.values() for r in rows]
+            all_y = [cast(float, r.aj if axis == "aj" else r.px_vs_fp32)
+                     for rows in by_precision.values() for r in rows]
             self.plot.getAxis("bottom").setTicks([_nice_ticks(min(all_ms), max(all_ms))])
             self._set_ranges(axis, all_ms, all_y)
             self._place_labels()
@@ -305,12 +307,13 @@ class TradeoffPanel(QWidget):
         vary_p = len({r.points_per_batch for r in rows}) > 1
         vary_f = len({r.frames_per_batch for r in rows}) > 1
         self._labels = []
-        for r in sorted(rows, key=lambda r: r.ms):
+        for r in sorted(rows, key=lambda r: cast(float, r.ms)):  # rows with ms and y only (_draw_scatter)
             text = r.precision + (f" p{r.points_per_batch}" if vary_p else "") + (f" f{r.frames_per_batch}"
                                                                                    if vary_f else "")
             item = pg.TextItem(text, color=PRECISION_COLOURS.get(r.precision, OTHER_COLOUR), anchor=(0, 0))
             self.plot.addItem(item)
-            self._labels.append((item, float(np.log10(r.ms)), float(r.aj if axis == "aj" else r.px_vs_fp32)))
+            self._labels.append((item, float(np.log10(cast(float, r.ms))),
+                                 float(cast(float, r.aj if axis == "aj" else r.px_vs_fp32))))
 
     def _place_labels(self, *_: Any) -> None:
         """Greedy placement in screen pixels: the first spot around its dot that overlaps nothing placed."""

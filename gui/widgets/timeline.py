@@ -379,7 +379,9 @@ class TimelineWidget(QWidget):
         self._highlight.setZValue(10)
         self.plot.addItem(self._highlight)
         self.highlighted_count = int(x.size)
-        start, end = self.data.extent(hits)
+        span = self.data.extent(hits)
+        assert span is not None  # hits is not empty: xs was filled from it
+        start, end = span
         if zoom:
             margin = max((end - start) * 0.05, 0.005)
             self.vb.setXRange(start - margin, end + margin, padding=0)

@@ -201,7 +201,7 @@ class VideoView(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.frames: np.ndarray | None = None  # uint8 [T, H, W, 3]
-        self.geometry = VideoGeometry.unscaled(1, 1)  # source vs frame pixels; queries and tracks are source
+        self.video_geometry = VideoGeometry.unscaled(1, 1)  # source vs frame pixels; queries and tracks are source
         self.tracks: np.ndarray | None = None  # float32 [N, T, 2]
         self.visible: np.ndarray | None = None  # bool [N, T]
         self.queries = np.zeros((0, 3), np.float32)  # [N, 3]
@@ -260,8 +260,8 @@ class VideoView(QWidget):
         self.frames = np.ascontiguousarray(frames)
         self.fps = float(fps) if fps and fps > 0 else DEFAULT_FPS
         t, h, w = self.frames.shape[:3]
-        self.geometry = geometry or VideoGeometry.unscaled(w, h)
-        sx, sy = self.geometry.scale  # the image is placed in source pixels: queries and tracks draw as they are
+        self.video_geometry = geometry or VideoGeometry.unscaled(w, h)
+        sx, sy = self.video_geometry.scale  # the image is placed in source pixels: queries and tracks draw as they are
         rect = QRectF(-0.5 * sx, -0.5 * sy, w * sx, h * sy)  # frame pixel centres at their source positions
         self.image.setImage(self.frames[0], levels=(0, 255), autoLevels=False)
         self.image.setRect(rect)
@@ -340,7 +340,7 @@ class VideoView(QWidget):
 
     def fit(self) -> None:
         if self.frames is not None:
-            w, h = self.geometry.source_size  # the image is placed in source pixels
+            w, h = self.video_geometry.source_size  # the image is placed in source pixels
             self.plot.getViewBox().setRange(QRectF(-0.5, -0.5, w, h), padding=0.0)
 
     # -- drawing ----------------------------------------------------------------------------------
@@ -390,5 +390,5 @@ class VideoView(QWidget):
     def add_query_at(self, p: QPointF) -> None:
         """Emit ``query_added`` for a point in source pixels, if it lies inside the video."""
         x, y = float(p.x()), float(p.y())
-        if self.geometry.contains_source(np.array([x, y])):
+        if self.video_geometry.contains_source(np.array([x, y])):
             self.query_added.emit(float(self.frame), x, y)
