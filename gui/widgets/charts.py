@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QScrollArea, QVBoxLayout, QWidget
 
 from engine.api import Cost, Report, RunConfig, clock_reason_mask
 from gui.widgets.stage_colours import stage_colour
+from gui.widgets.text import plain_label
 
 POLL_HZ = 5.0  # highest paint rate; the sampler's data rate (10 Hz) is independent of it
 #: on a long time axis the charts redraw less often: when the newest sample has moved this many pixels
@@ -120,7 +121,7 @@ class ChartsPanel(QWidget):
         self._run_first_batch = 0  # index in _batches of the latest run's first batch
         self._marker_items: list[pg.InfiniteLine] = []
 
-        self.mode_label = QLabel("")
+        self.mode_label = plain_label("")
         self.mode_label.setWordWrap(True)
         self.glw = pg.GraphicsLayoutWidget()
         self.glw.setBackground("w")
