@@ -383,3 +383,22 @@ def test_video_export_runs_off_the_gui_thread_and_reports_back(qtbot, settings, 
     assert threads and threads[0] is not threading.main_thread()
     assert open_video(out).read().shape == (6, 32, 32, 3)
     w.close()
+
+
+def test_degraded_telemetry_is_shown_under_the_charts(qtbot):
+    """The sampler's last read failure (a GPU lost mid-run, say) is shown, and cleared when reads recover."""
+    from gui.widgets.charts import ChartsPanel
+
+    sampler = FakeGpuSampler(gpm=True)
+    sampler.last_error = "GPU read failed: NVMLError_GpuIsLost: GPU is lost"
+    charts = ChartsPanel()
+    qtbot.addWidget(charts)
+    charts.show()
+    charts.attach_sampler(sampler)
+    charts.poll()
+    assert not charts.degraded_label.isHidden()
+    assert "GPU is lost" in charts.degraded_label.text()
+    sampler.last_error = ""
+    charts.poll()
+    assert charts.degraded_label.isHidden()
+    charts.stop()

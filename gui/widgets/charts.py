@@ -123,12 +123,18 @@ class ChartsPanel(QWidget):
 
         self.mode_label = plain_label("")
         self.mode_label.setWordWrap(True)
+        self.degraded_label = plain_label("")  # the sampler's last read failure, when there is one
+        self.degraded_label.setWordWrap(True)
+        self.degraded_label.setStyleSheet("color: #a05a00;")
+        self.degraded_label.hide()
+        self._degraded = ""
         self.glw = pg.GraphicsLayoutWidget()
         self.glw.setBackground("w")
         self.glw.ci.setSpacing(2)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(self.mode_label)
+        layout.addWidget(self.degraded_label)
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
@@ -309,6 +315,14 @@ class ChartsPanel(QWidget):
         self._x_page = (0.0, -1.0)
         self._last_sample = None
 
+    def _show_degraded(self, error: str) -> None:
+        """The sampler's last read failure under the mode line (the charts keep what they have)."""
+        if error == self._degraded:
+            return
+        self._degraded = error
+        self.degraded_label.setText(f"Telemetry degraded: {error}" if error else "")
+        self.degraded_label.setVisible(bool(error))
+
     # -- telemetry ------------------------------------------------------------------------------------------
     def poll(self) -> None:
         """One drawing tick: new telemetry samples, stage bars, breakdown when due, time axis (not when hidden)."""
@@ -316,6 +330,7 @@ class ChartsPanel(QWidget):
             return
         now = time.perf_counter()
         if self.sampler is not None and self.live:
+            self._show_degraded(str(getattr(self.sampler, "last_error", "") or ""))
             snap = self.sampler.snapshot(since=now - WINDOW_S)
             t = snap.get("t")
             last = float(t[-1]) if t is not None and len(t) else None
