@@ -402,3 +402,27 @@ def test_degraded_telemetry_is_shown_under_the_charts(qtbot):
     charts.poll()
     assert charts.degraded_label.isHidden()
     charts.stop()
+
+
+def test_a_finished_run_stays_charted_minutes_after_it_ended(qtbot, monkeypatch):
+    """The held run's telemetry is still asked for 5 minutes later (it was dropped after 60 s: blank charts)."""
+    import gui.widgets.charts as charts_module
+    from gui.widgets.charts import ChartsPanel
+
+    class WindowedSampler(FakeGpuSampler):
+        def snapshot(self, since=None):
+            snap = super().snapshot()
+            keep = snap["t"] >= (since if since is not None else -np.inf)
+            return {k: v[keep] for k, v in snap.items()}
+
+    charts = ChartsPanel()
+    qtbot.addWidget(charts)
+    charts.show()
+    charts.attach_sampler(WindowedSampler(gpm=True))
+    charts.set_origin(0.0)
+    charts.focus(0.2, 1.8)  # the run that just finished, held in view
+    monkeypatch.setattr(charts_module.time, "perf_counter", lambda: 300.0)  # five minutes later
+    charts.poll()
+    x, _ = charts.c_busy.getData()
+    assert x is not None and len(x) and x.min() <= 0.2  # the run's samples are still drawn
+    charts.stop()

@@ -315,6 +315,17 @@ class ChartsPanel(QWidget):
         self._x_page = (0.0, -1.0)
         self._last_sample = None
 
+    def _since(self, now: float) -> float:
+        """Where the samples asked for start: the last WINDOW_S while following, else the held window's start.
+
+        A finished run stays in view (``focus``): asking only for the last minute emptied its curves a
+        minute after it ended, and a chart exported then was blank.
+        """
+        since = now - WINDOW_S
+        if not self._follow and self._x_want is not None:
+            since = min(since, self.origin + self._x_want[0])
+        return since
+
     def _show_degraded(self, error: str) -> None:
         """The sampler's last read failure under the mode line (the charts keep what they have)."""
         if error == self._degraded:
@@ -331,7 +342,7 @@ class ChartsPanel(QWidget):
         now = time.perf_counter()
         if self.sampler is not None and self.live:
             self._show_degraded(str(getattr(self.sampler, "last_error", "") or ""))
-            snap = self.sampler.snapshot(since=now - WINDOW_S)
+            snap = self.sampler.snapshot(since=self._since(now))
             t = snap.get("t")
             last = float(t[-1]) if t is not None and len(t) else None
             if last is not None and last != self._last_sample:  # redraw only when a sample arrived
