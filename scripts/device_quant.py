@@ -8,6 +8,10 @@ Usage (device machine, repo root): python3 scripts/device_quant.py --out OUT [--
    ms; AJ / delta_avg / OA on the sample's 80 ground-truth points per mode.
 3. Cost-volume matmul alone (N x 64 x T*4096): bf16 matmul vs quantized_matmul int8/fp8, CUDA events.
 4. tests.plugins.mlp_refine (linear-heavy plugin) in fp32/bf16/int8/fp8: warm ms and px divergence from fp32.
+5. AJ / delta_avg / OA per mode on the training validation set (--val-videos synthetic videos, 24 frames,
+   128 points; engine.training.corrtrack.make_val_set).
+CorrTrack gets a fresh tracker per (queries, mode), so a failed CUDA-graph capture in one mode (recorded
+as cuda_graphs_error) cannot turn graphs off for the next.
 Writes OUT/device_quant.json; prints a compact table last.
 """
 
@@ -88,6 +92,33 @@ def timed(frames, queries, config, tracker, info, warmup, repeat):
             "quantisation": describe.get("quantisation")}
 
 
+def val_accuracy(device, modes, videos: int) -> dict:
+    """AJ / delta_avg / OA per mode on the training validation set (as scripts/corrtrack_bench.py)."""
+    from engine.analysis.metrics import mean_scores
+    from engine.training.corrtrack import VAL_BATCH, make_val_set
+
+    batches = make_val_set(device, videos, 24, 128, VAL_BATCH)
+    samples = [b.numpy(i) for b in batches for i in range(b.video.shape[0])]
+    out = {}
+    for mode in modes:
+        if not gate(mode, device).runnable:
+            continue
+        tracker = load_tracker("corrtrack")
+        scores = []
+        for sample in samples:
+            cfg = RunConfig(tracker="corrtrack", device=str(device), precision=mode, points_per_batch=128)
+            last = Session(sample["video"], sample["queries"], cfg, tracker=tracker).run()
+            if not isinstance(last, Finished):
+                out[mode] = {"error": getattr(last, "message", str(last))}
+                break
+            scores.append(tapvid_metrics(last.tracks, last.visible, sample["tracks"], sample["visible"],
+                                         sample["query_t"], size=(256, 256), query_mode="first"))
+        else:
+            mean = mean_scores(scores)
+            out[mode] = {k: round(float(mean[k]), 4) for k in ("aj", "delta_avg", "oa")}
+    return out
+
+
 def kernel_check(device) -> dict:
     out = {}
     gen = torch.Generator().manual_seed(0)
@@ -150,6 +181,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--points", default="256,1024")
+    ap.add_argument("--val-videos", type=int, default=16)
+    ap.add_argument("--only-val", action="store_true", help="only the validation-set accuracy (for a CPU run)")
     args = ap.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -160,6 +193,11 @@ def main() -> int:
         result["device_name"] = torch.cuda.get_device_name(device)
         result["capability"] = list(torch.cuda.get_device_capability(device))
     result["gates"] = {m: gate(m, device).__dict__ for m in PRECISIONS}
+    if args.only_val:
+        result["val_accuracy"] = val_accuracy(device, PRECISIONS, args.val_videos)
+        (out_dir / "device_quant.json").write_text(json.dumps(result, indent=1, default=str))
+        print(json.dumps(result["val_accuracy"], indent=1))
+        return 0
     result["kernel_check"] = kernel_check(device)
     print("kernel check:", json.dumps({m: v.get("rel_error", v) for m, v in result["kernel_check"].items()}))
 
@@ -167,7 +205,6 @@ def main() -> int:
     info_d = info.to_dict()
     gt = np.load(ROOT / "resources" / "sample.gt.npz")
     gt_queries = read_queries_csv(ROOT / "resources" / "sample.queries.csv")
-    tracker = load_tracker("corrtrack")
     table = []
     corr: dict = {}
     for n in [int(x) for x in args.points.split(",")]:
@@ -180,8 +217,13 @@ def main() -> int:
                 table.append((f"corrtrack N={n}", mode, "skipped", "", "", "", "", g.reason[:50]))
                 continue
             cfg = RunConfig(tracker="corrtrack", device=str(device), precision=mode, points_per_batch=n)
+            tracker = load_tracker("corrtrack")  # fresh: a failed capture in one mode stays in that mode
             try:
                 r = timed(frames, queries, cfg, tracker, info_d, args.warmup, args.repeat)
+                info_t = tracker.describe()
+                r["cuda_graphs"] = info_t.get("cuda_graphs")
+                if info_t.get("cuda_graphs_error"):
+                    r["cuda_graphs_error"] = info_t["cuda_graphs_error"]
             except Exception as exc:
                 r = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-2000:]}
             if "error" in r:
@@ -202,9 +244,10 @@ def main() -> int:
             r["speedup_vs_fp32"] = ref_ms / r["ms"] if ref_ms else None
             corr[f"{n}/{mode}"] = r
             stages = " ".join(f"{k}={v:.2f}" for k, v in r["stage_ms"].items() if k not in ("upload", "download"))
+            graphs = "" if r.get("cuda_graphs") or device.type != "cuda" else " [no graphs]"
             table.append((f"corrtrack N={n}", mode, f"{r['ms']:.2f}", f"{r['speedup_vs_fp32'] or 0:.2f}x",
                           f"{r['peak_mb']:.0f}", f"{r.get('aj', float('nan')):.4f}", f"{r.get('oa', float('nan')):.3f}",
-                          stages))
+                          stages + graphs))
     result["corrtrack"] = corr
     if device.type == "cuda":
         try:
@@ -240,12 +283,18 @@ def main() -> int:
                           f"{r['peak_mb']:.0f}", f"px {r['px_mean']:.3f}", f"max {r['px_max']:.2f}",
                           " ".join(f"{k}={v:.2f}" for k, v in r["stage_ms"].items())))
     result["plugin"] = plug
+    if args.val_videos > 0:
+        try:
+            result["val_accuracy"] = val_accuracy(device, PRECISIONS, args.val_videos)
+        except Exception as exc:
+            result["val_accuracy"] = {"error": f"{type(exc).__name__}: {exc}"}
     result["script_s"] = time.perf_counter() - t_script
     (out_dir / "device_quant.json").write_text(json.dumps(result, indent=1, default=str))
     print(f"\ncost volume matmul alone (ms): {result.get('cost_volume_ms')}")
     print(f"\n{'run':<18} {'mode':<5} {'ms':>8} {'vs fp32':>8} {'peak MB':>8} {'AJ/px':>10} {'OA/max':>9}  stages (ms)")
     for row in table:
         print(f"{row[0]:<18} {row[1]:<5} {row[2]:>8} {row[3]:>8} {row[4]:>8} {row[5]:>10} {row[6]:>9}  {row[7]}")
+    print(f"\nvalidation set AJ/delta_avg/OA ({args.val_videos} videos): {json.dumps(result.get('val_accuracy'))}")
     print(f"script {result['script_s']:.0f} s; wrote {out_dir / 'device_quant.json'}")
     return 0
 

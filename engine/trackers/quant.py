@@ -174,8 +174,8 @@ def _out_dtype(x: torch.Tensor, recipe: QuantRecipe) -> torch.dtype:
 
 def _gemm(aq: torch.Tensor, a_scale: torch.Tensor, bq_t: torch.Tensor, b_scale: torch.Tensor,
           recipe: QuantRecipe, out_dtype: torch.dtype) -> torch.Tensor:
-    """Dequantised (aq * a_scale) @ (bq_t^T * b_scale)^T... in plain words: aq [M, K] times bq_t [K, N]
-    (column-major: the transpose of a contiguous [N, K]), scales a [M, 1] or [], b [N, 1] or [] -> [M, N]."""
+    """(aq * a_scale) @ (bq_t * b_scale^T): aq [M, K] row-major, bq_t [K, N] column-major (the transpose of
+    a contiguous [N, K]), scales a [M, 1] or [] and b [N, 1] or [] -> [M, N] in ``out_dtype``."""
     with torch.autocast(aq.device.type, enabled=False):
         if recipe.mode == "int8":
             if aq.device.type == "cpu" and aq.shape[1] <= EXACT_FP32_MAX_K:
