@@ -176,8 +176,24 @@ def test_quantize_module_keep_and_refusal():
         Q.quantize_module(lambda f, q: (f, q), Q.recipe_for("int8", "cpu"))  # type: ignore[arg-type]
 
 
-def test_check_kernel_catches_wrong_numbers(monkeypatch):
+def test_check_kernel_catches_wrong_numbers_and_tries_the_other_layout(monkeypatch):
     recipe = dataclasses.replace(Q.recipe_for("int8", "cpu"), notes=("a fresh key for the cache",))
     monkeypatch.setattr(Q, "_gemm", lambda *a, **k: torch.zeros(40, 24))
-    with pytest.raises(RuntimeError, match="wrong numbers"):
+    with pytest.raises(RuntimeError, match="column-major: wrong numbers.*row-major: wrong numbers"):
         Q.check_kernel(recipe, "cpu")
+    assert ("int8", "cpu") not in Q._ROW_MAJOR_B
+    monkeypatch.undo()
+    real = Q._gemm
+
+    def wrong_unless_row_major(aq, sa, bq_t, sb, r, out_dtype):  # a kernel misreading a transposed operand
+        good = real(aq, sa, bq_t.contiguous(), sb, r, out_dtype)
+        return good if ("int8", "cpu") in Q._ROW_MAJOR_B else 2 * good
+
+    monkeypatch.setattr(Q, "_gemm", wrong_unless_row_major)
+    try:
+        result = Q.check_kernel(dataclasses.replace(recipe, notes=("another fresh key",)), "cpu")
+        assert result["operand_layout"] == "row-major" and ("int8", "cpu") in Q._ROW_MAJOR_B
+    finally:
+        Q._ROW_MAJOR_B.discard(("int8", "cpu"))
+    ok = Q.check_kernel(Q.recipe_for("fp8", "cpu"), "cpu")
+    assert ok["operand_layout"] == "column-major" and ok["relative_error"] < FP8_BOUND

@@ -57,6 +57,7 @@ def test_corrtrack_quantised_copy_leaves_the_float_model_and_fp32_tracks_unchang
     assert any("polish" in s for s in info["int8"]["not_quantised"])
     assert any("init_logits" in s and "smaller than 16" in s for s in info["int8"]["not_quantised"])
     assert plan["quantised"] == info["int8"]["quantised"]
+    assert info["int8"]["kernel_check"]["operand_layout"] == "column-major" and not plan["kernel_check"]
     assert tracker.describe_precision("bf16", "cpu") == {}
     assert set(KEEP_FLOAT) == set(Q.QUANT_MODES)
 

@@ -176,6 +176,8 @@ def _gemm(aq: torch.Tensor, a_scale: torch.Tensor, bq_t: torch.Tensor, b_scale: 
           recipe: QuantRecipe, out_dtype: torch.dtype) -> torch.Tensor:
     """(aq * a_scale) @ (bq_t * b_scale^T): aq [M, K] row-major, bq_t [K, N] column-major (the transpose of
     a contiguous [N, K]), scales a [M, 1] or [] and b [N, 1] or [] -> [M, N] in ``out_dtype``."""
+    if (recipe.mode, aq.device.type) in _ROW_MAJOR_B:
+        bq_t = bq_t.contiguous()  # this kernel gave wrong numbers with a column-major operand: check_kernel
     with torch.autocast(aq.device.type, enabled=False):
         if recipe.mode == "int8":
             if aq.device.type == "cpu" and aq.shape[1] <= EXACT_FP32_MAX_K:
@@ -289,6 +291,7 @@ class QuantReport:
     quantised: list[dict[str, Any]] = field(default_factory=list)  # name, kind, shape, padded
     not_quantised: list[dict[str, Any]] = field(default_factory=list)  # name, kind, reason
     padded: int = 0  # layers whose k or n was zero-padded to the kernel's multiple
+    kernel_check: dict[str, Any] = field(default_factory=dict)  # check_kernel's result on the module's device
 
     @property
     def quantised_parameters(self) -> int:
@@ -302,6 +305,7 @@ class QuantReport:
             "quantised_layers": len(self.quantised),
             "quantised_parameters": self.quantised_parameters,
             "padded_layers": self.padded,
+            "kernel_check": dict(self.kernel_check),
         }
 
 
@@ -342,10 +346,10 @@ def quantize_module(module: nn.Module, recipe: QuantRecipe, *, check: bool = Tru
     if not isinstance(module, nn.Module):
         raise UserError(f"cannot quantise a plugin that is not an nn.Module ({type(module).__name__})",
                         "return a torch.nn.Module with nn.Linear layers from the factory, or use fp32/bf16")
+    report = QuantReport(recipe)
     if check:
         device = next((p.device for p in module.parameters()), torch.device(recipe.device_type))
-        check_kernel(recipe, device)
-    report = QuantReport(recipe)
+        report.kernel_check = check_kernel(recipe, device)
 
     def visit(parent: nn.Module, prefix: str) -> None:
         for name, child in list(parent.named_children()):
@@ -385,7 +389,9 @@ def quantize_module(module: nn.Module, recipe: QuantRecipe, *, check: bool = Tru
 
 
 # -- checking the kernels --------------------------------------------------------------------------------
-_CHECKED: dict[tuple, str] = {}
+_CHECKED: dict[tuple, dict[str, Any]] = {}
+#: (mode, device type) whose kernel needs its second operand row-major (found by check_kernel)
+_ROW_MAJOR_B: set[tuple[str, str]] = set()
 #: relative Frobenius error bounds of a quantised GEMM against the float one on Gaussian data (measured
 #: on the CPU, k = 64..256: int8 ~0.9e-2, fp8 rowwise ~3.5e-2, tensorwise ~4e-2), with headroom
 REL_ERROR_BOUND = {"int8": 2e-2, "fp8": 6e-2}
@@ -396,29 +402,38 @@ def relative_error(approx: torch.Tensor, reference: torch.Tensor) -> float:
     return float((approx.detach().float() - ref).norm() / ref.norm().clamp(min=SCALE_EPS))
 
 
-def check_kernel(recipe: QuantRecipe, device: torch.device | str) -> None:
+def check_kernel(recipe: QuantRecipe, device: torch.device | str) -> dict[str, Any]:
     """Run one small quantised GEMM on ``device`` and compare it with the float GEMM; RuntimeError when
-    the kernel is missing or its numbers are off (a wrong layout, a broken kernel). Cached per device."""
+    the kernel is missing or its numbers are off. The second operand goes in column-major (the layout
+    cuBLAS wants); if that fails or gives wrong numbers, row-major is tried and, when right, used from
+    then on (recorded). Cached per recipe and device; returns {"relative_error", "operand_layout"}."""
     device = torch.device(device)
     key = (recipe, str(device))
     if key in _CHECKED:
-        return
+        return _CHECKED[key]
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(40, 72, generator=gen).to(device)  # m, k, n off the kernels' multiples: padding runs too
     w = torch.randn(24, 72, generator=gen).to(device)
     lin = nn.Linear(72, 24, bias=False).to(device)
     with torch.no_grad():
         lin.weight.copy_(w)
-    try:
-        with torch.no_grad(), torch.autocast(device.type, enabled=False):
-            got = QuantLinear(lin, recipe)(a)
-            got_mm = quantized_matmul(a, w.t(), recipe)
-    except Exception as exc:
-        raise RuntimeError(f"{recipe.mode} kernel ({recipe.kernel}) fails on {device}: "
-                           f"{type(exc).__name__}: {exc}") from exc
     ref = a @ w.t()
-    err = max(relative_error(got, ref), relative_error(got_mm, ref))
-    if not math.isfinite(err) or err > REL_ERROR_BOUND[recipe.mode]:
-        raise RuntimeError(f"{recipe.mode} kernel ({recipe.kernel}) gives wrong numbers on {device}: "
-                           f"relative error {err:.3g} > {REL_ERROR_BOUND[recipe.mode]}")
-    _CHECKED[key] = f"{err:.3g}"
+    bound = REL_ERROR_BOUND[recipe.mode]
+    failures = []
+    for layout in ("column-major", "row-major"):
+        if layout == "row-major":
+            _ROW_MAJOR_B.add((recipe.mode, device.type))
+        try:
+            with torch.no_grad(), torch.autocast(device.type, enabled=False):
+                got = QuantLinear(lin, recipe)(a)
+                got_mm = quantized_matmul(a, w.t(), recipe)
+            err = max(relative_error(got, ref), relative_error(got_mm, ref))
+        except Exception as exc:
+            failures.append(f"{layout}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            continue
+        if math.isfinite(err) and err <= bound:
+            _CHECKED[key] = {"relative_error": round(err, 5), "operand_layout": layout, "device": str(device)}
+            return _CHECKED[key]
+        failures.append(f"{layout}: wrong numbers, relative error {err:.3g} > {bound}")
+    _ROW_MAJOR_B.discard((recipe.mode, device.type))
+    raise RuntimeError(f"{recipe.mode} kernel ({recipe.kernel}) on {device}: " + "; ".join(failures))
