@@ -18,7 +18,6 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
-    QLabel,
     QMainWindow,
     QMenu,
     QTabWidget,
@@ -42,6 +41,7 @@ from gui.settings import Settings
 from gui.state import AppState, Comparison, Message
 from gui.widgets.banner import MessageBanner
 from gui.widgets.charts import ChartsPanel
+from gui.widgets.text import plain_label
 from gui.widgets.video_view import VideoView
 
 MESSAGE_MS = 10_000  # how long a problem stays in the status bar
@@ -111,7 +111,7 @@ class MainWindow(QMainWindow):
         lay.addWidget(self.banner)
         lay.addWidget(self.tabs, 1)
         self.setCentralWidget(central)
-        self.status_label = QLabel("No video")
+        self.status_label = plain_label("No video")
         self.statusBar().addPermanentWidget(self.status_label)  # temporary messages use the left side
 
     def _add_panel(self, panel_cls: type, title: str) -> Any:

@@ -243,3 +243,18 @@ def test_the_counted_pass_takes_queries_in_the_videos_pixels_like_the_timed_runs
     cost.clear_cache()
     with pytest.raises(Exception, match="outside"):
         cost.count_session_cost(frames, queries, config, tracker=LKTracker())
+
+
+def test_quantised_gemms_are_counted_at_their_precision():
+    """torch's FLOP counter has no formula for _int_mm: the counter books 2*m*k*n of int8 work for it."""
+    from engine.analysis.cost import CostCounter
+
+    a = torch.randint(-8, 8, (32, 64), dtype=torch.int8)
+    b = torch.randint(-8, 8, (64, 16), dtype=torch.int8)
+    with CostCounter() as counter:
+        counter.open_stage("refine")
+        torch._int_mm(a, b)
+    work = counter.result()
+    total = sum(w.flops for w in work.values())
+    assert total == 2 * 32 * 64 * 16
+    assert any(w.precision == "int8" for w in work.values() if w.flops)

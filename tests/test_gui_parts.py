@@ -383,3 +383,46 @@ def test_video_export_runs_off_the_gui_thread_and_reports_back(qtbot, settings, 
     assert threads and threads[0] is not threading.main_thread()
     assert open_video(out).read().shape == (6, 32, 32, 3)
     w.close()
+
+
+def test_degraded_telemetry_is_shown_under_the_charts(qtbot):
+    """The sampler's last read failure (a GPU lost mid-run, say) is shown, and cleared when reads recover."""
+    from gui.widgets.charts import ChartsPanel
+
+    sampler = FakeGpuSampler(gpm=True)
+    sampler.last_error = "GPU read failed: NVMLError_GpuIsLost: GPU is lost"
+    charts = ChartsPanel()
+    qtbot.addWidget(charts)
+    charts.show()
+    charts.attach_sampler(sampler)
+    charts.poll()
+    assert not charts.degraded_label.isHidden()
+    assert "GPU is lost" in charts.degraded_label.text()
+    sampler.last_error = ""
+    charts.poll()
+    assert charts.degraded_label.isHidden()
+    charts.stop()
+
+
+def test_a_finished_run_stays_charted_minutes_after_it_ended(qtbot, monkeypatch):
+    """The held run's telemetry is still asked for 5 minutes later (it was dropped after 60 s: blank charts)."""
+    import gui.widgets.charts as charts_module
+    from gui.widgets.charts import ChartsPanel
+
+    class WindowedSampler(FakeGpuSampler):
+        def snapshot(self, since=None):
+            snap = super().snapshot()
+            keep = snap["t"] >= (since if since is not None else -np.inf)
+            return {k: v[keep] for k, v in snap.items()}
+
+    charts = ChartsPanel()
+    qtbot.addWidget(charts)
+    charts.show()
+    charts.attach_sampler(WindowedSampler(gpm=True))
+    charts.set_origin(0.0)
+    charts.focus(0.2, 1.8)  # the run that just finished, held in view
+    monkeypatch.setattr(charts_module.time, "perf_counter", lambda: 300.0)  # five minutes later
+    charts.poll()
+    x, _ = charts.c_busy.getData()
+    assert x is not None and len(x) and x.min() <= 0.2  # the run's samples are still drawn
+    charts.stop()

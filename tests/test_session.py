@@ -252,3 +252,15 @@ def test_nan_tracks_from_a_tracker_are_reported():
     last = s.run()
     assert isinstance(last, Failed) and last.kind == "tracker"
     assert last.message.startswith("tracker 'nanny' returned 4 NaN or infinite track value(s)")
+
+
+def test_int8_on_a_tracker_without_a_recipe_is_refused_not_run_in_float():
+    """LK quantises nothing: an int8 run of it would be fp32 under an int8 label."""
+    from engine.core.config import RunConfig
+    from engine.run.session import Failed, Session
+
+    frames = np.zeros((3, 32, 32, 3), np.uint8)
+    last = Session(frames, np.array([[0, 10, 10]], np.float32),
+                   RunConfig(tracker="lk", device="cpu", precision="int8")).run()
+    assert isinstance(last, Failed) and last.kind == "tracker"
+    assert "no int8 recipe" in last.message

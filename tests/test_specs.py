@@ -136,3 +136,20 @@ def test_cpu_pseudo_spec_is_estimated():
     assert cpu.fp32_tflops in (pytest.approx(0.192), pytest.approx(0.384))
     assert specs.peak(cpu, "tf32").flops == cpu.fp32_tflops * 1e12
     assert specs.cpu_spec(cores=4, clock_mhz=1000.0).fp32_tflops > 0
+
+
+def test_specs_fp8_peaks_and_projection_for_cards_without_fp8():
+    assert specs.peak_flops(specs.lookup("H200"), "fp8") == 1979e12
+    assert specs.peak_flops(specs.lookup("H100"), "fp8") == 1979e12
+    assert specs.peak_flops(specs.lookup("L4"), "fp8") == 242e12
+    assert specs.peak_flops(specs.lookup("RTX 4090"), "fp8") == pytest.approx(330.3e12)  # dense, fp32 accumulate
+    for name in ("A100", "T4", "A10"):
+        p = specs.peak(specs.lookup(name), "fp8")
+        assert p.path == "int8 instead" and p.flops == specs.lookup(name).int8_tops * 1e12 and "no fp8" in p.note
+    v100 = specs.peak(specs.lookup("V100"), "fp8")
+    assert v100.path == "fp16 instead" and v100.flops == 112e12
+    for spec in specs.GPUS:
+        assert (spec.fp8_tflops is None) == (spec.compute_capability < (8, 9)), spec.name
+    est = specs.spec_from_nvml("future", 100, 2000.0, 2000.0, 4096, (8, 9))
+    assert est.fp8_tflops == pytest.approx(2 * est.fp16_tflops)
+    assert specs.PRECISIONS.count("int8") == 1 and "fp8" in specs.PRECISIONS

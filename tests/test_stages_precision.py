@@ -47,7 +47,8 @@ def test_mismatched_end_raises():
         ("fp16", (6, 1), False, True, "slow"),
         ("bf16", (9, 0), True, True, ""),
         ("tf32", (8, 0), True, True, ""),
-        ("int8", (9, 0), False, False, "not implemented"),
+        ("int8", (9, 0), True, True, ""),
+        ("fp8", (8, 0), False, False, "need compute capability 8.9"),
     ],
 )
 def test_cuda_gates(mode, cc, native, runnable, words):

@@ -35,6 +35,8 @@ _GATHER_READ_FACTOR = {"index": 1, "gather": 1, "index_select": 1, "embedding": 
 _DTYPE_PRECISION = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.int8: "int8", torch.float32: "fp32",
                     torch.float64: "fp32"}
 
+#: quantised GEMMs torch's FLOP counter does not know, and the precision their FLOPs run at
+_QUANTISED_GEMMS = {"_int_mm": "int8", "_scaled_mm": "fp8"}
 #: counted costs per configuration key (one counted pass per configuration and process)
 _CACHE: dict[tuple, dict[str, StageWork]] = {}
 
@@ -105,6 +107,13 @@ class _CostMode(TorchDispatchMode):
             return out
         flops = self.counter._total_flops() - flops_before
         inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        quantised = _QUANTISED_GEMMS.get(name)
+        if quantised is not None and not flops and len(inputs) >= 2:  # FlopCounterMode has no formula for them
+            (m, k), n = inputs[0].shape[-2:], inputs[1].shape[-1]
+            flops = 2 * m * k * n
+            self.counter._book(flops, _unique_bytes(inputs) + _unique_bytes(
+                [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]), None, precision=quantised)
+            return out
         outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         out_bytes = _unique_bytes(outputs)
         gather_factor = _GATHER_READ_FACTOR.get(name)
@@ -145,7 +154,7 @@ class CostCounter:
         elif self._stack and self._stack[-1] == name:
             self._stack.pop()
 
-    def _book(self, flops: int, nbytes: int, dtype: torch.dtype | None) -> None:
+    def _book(self, flops: int, nbytes: int, dtype: torch.dtype | None, precision: str | None = None) -> None:
         stage = self._stack[-1] if self._stack else UNSTAGED
         cost = self.stages.get(stage)
         if cost is None:
@@ -154,7 +163,9 @@ class CostCounter:
         cost.bytes += nbytes
         cost.ops += 1
         if flops:
-            cost.flops_by_precision[_DTYPE_PRECISION.get(dtype, "fp32") if dtype is not None else "fp32"] += flops
+            if precision is None:
+                precision = _DTYPE_PRECISION.get(dtype, "fp32") if dtype is not None else "fp32"
+            cost.flops_by_precision[precision] += flops
 
     def open_stage(self, name: str) -> None:
         """Make sure ``name`` appears in the result even if it runs no torch op (host stage)."""

@@ -30,7 +30,7 @@ from engine.capture.kernels import classify, is_legacy_arch
 from engine.core.errors import ReportError
 
 SUMMARY_VERSION = 1
-AUTOCAST_PRECISIONS = ("fp16", "bf16")
+AUTOCAST_PRECISIONS = ("fp16", "bf16", "int8", "fp8")  # int8/fp8 run their float ops under autocast
 TOP_KERNELS = 30
 TOP_CELLS = 120
 TOP_MODULES = 80

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8")  # int8/fp8: quantised recipes (engine.trackers.quant)
 DEFAULT_POINTS_PER_BATCH = 256
 DEFAULT_FRAMES_PER_BATCH = 16
 

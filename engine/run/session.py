@@ -27,7 +27,7 @@ import torch
 from engine.core.config import RunConfig
 from engine.core.devices import device_name, resolve_device
 from engine.core.errors import OutOfMemory, QueryError, TrackerError, UserError, VideoError
-from engine.core.precision import gate, precision_context
+from engine.core.precision import QUANT_MODES, gate, precision_context
 from engine.core.stages import StageTimer
 from engine.io.geometry import VideoGeometry
 from engine.run.events import BatchDone, Event, Failed, Finished, Started
@@ -197,6 +197,7 @@ class Session:
         _check_queries(self.queries, num_frames, geometry)
         tracker = self._load_tracker(config.tracker)
         device, note = _device_for(tracker, device, config.device)
+        recipe = _quant_recipe(tracker, config.precision, device)
         n = len(self.queries)
         self.video_info.update({**geometry.to_dict(), "num_frames": num_frames,
                                 "width": geometry.source_width, "height": geometry.source_height})
@@ -222,7 +223,7 @@ class Session:
             stages=tuple(tracker.stages),
             device=str(device),
             device_name=device_name(device),
-            tracker=tracker.describe(),
+            tracker={**tracker.describe(), **recipe},
             precision_gate=gate(config.precision, device).reason,
             device_note=note,
         )
@@ -243,9 +244,12 @@ class Session:
 
     def _step(self, run: _Run) -> BatchDone:
         """Track the next batch of points with the config as it is now."""
+        previous = (run.config.precision, run.config.tracker)
         config = run.config = self._take_config()
         tracker = run.tracker = self._load_tracker(config.tracker)
         device, _ = _device_for(tracker, resolve_device(config.device), config.device)
+        if (config.precision, config.tracker) != previous:  # a live toggle to int8/fp8 is checked the same way
+            _quant_recipe(tracker, config.precision, device)
         if device != run.device or run.timer.device != device:
             run.device, run.timer = device, StageTimer(device, enabled=self.timing)
         key = (tracker.name, str(device), config.precision, config.frames_per_batch)
@@ -356,6 +360,20 @@ def _device_for(tracker: Tracker, device: torch.device, asked: str) -> tuple[tor
         f"use --device {supported[0] if supported else 'cpu'} (or --device auto), or choose another tracker",
     )
 
+
+
+def _quant_recipe(tracker: Tracker, precision: str, device: torch.device) -> dict[str, Any]:
+    """The tracker's int8/fp8 recipe for the report; a tracker without one is refused, never run in float
+    under a quantised label."""
+    if precision not in QUANT_MODES:
+        return {}
+    recipe = tracker.describe_precision(precision, device)
+    if not recipe:
+        raise TrackerError(f"tracker {tracker.name!r} has no {precision} recipe: it would run in float while "
+                           f"labelled {precision}",
+                           "choose fp32, tf32, fp16 or bf16 for it, or a tracker that quantises (corrtrack, "
+                           "or a plugin nn.Module with Linear layers)")
+    return recipe
 
 def _check_queries(queries: np.ndarray, num_frames: int, geometry: VideoGeometry) -> None:
     """QueryError unless queries [N, 3] are whole frame indices and source-pixel points inside the video."""

@@ -8,6 +8,7 @@ clock of session events. ``sample_once(now)`` is one step of the loop, callable 
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -18,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from engine.telemetry import nvml as nvml_reader
+
+log = logging.getLogger(__name__)
 
 DEFAULT_RATE_HZ = 10.0
 DEFAULT_CAPACITY = 6000  # 10 minutes at 10 Hz
@@ -308,7 +311,10 @@ class TelemetrySampler:
             self._ensure_open()
             self._reader.read(now, values)
         except Exception as e:  # noqa: BLE001 - a sampler bug must not kill the caller
-            self.last_error = f"GPU read failed: {type(e).__name__}: {e}"
+            error = f"GPU read failed: {type(e).__name__}: {e}"
+            if error != self.last_error:  # once per new failure, not once per sample
+                log.warning("telemetry degraded: %s", error)
+            self.last_error = error
         if self._cpu is not None:
             try:
                 values["cpu_pct"], per_core = self._cpu.sample()

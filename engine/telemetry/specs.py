@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from engine.core.config import PRECISIONS as RUN_PRECISIONS
 from engine.core.errors import UserError
 
-PRECISIONS = (*RUN_PRECISIONS, "int8")  # the peak table's: the run precisions (engine.core.config) and int8
+PRECISIONS = tuple(dict.fromkeys((*RUN_PRECISIONS, "int8", "fp8")))  # the peak table's: the run precisions
 
 # NVML reports memory clocks such that bytes/s = clock x (bus width / 8) x 2 for GDDR5/6/6X and HBM2/3/3e
 # (T4: 5001 MHz x 256 bit -> 320 GB/s; A100 80GB: 1593 MHz x 5120 bit -> 2039 GB/s).
@@ -82,6 +82,7 @@ class GPUSpec:
     kind: str = "gpu"  # "gpu" | "cpu"
     sm_count: int | None = None
     notes: tuple[str, ...] = field(default=())
+    fp8_tflops: float | None = None  # dense e4m3 tensor-core peak, fp32 accumulate (None: no fp8 units)
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,10 @@ class Peak:
     note: str = ""
 
 
-# Positional fields: name, CC, fp32, tf32, fp16 tensor, bf16 (TFLOP/s), int8 (TOPS), memory GB, GB/s.
+# Positional fields: name, CC, fp32, tf32, fp16 tensor, bf16 (TFLOP/s), int8 (TOPS), memory GB, GB/s;
+# fp8_tflops by keyword (dense, fp32 accumulate, as torch._scaled_mm runs: Ada datasheets: L4 485 and RTX 4090
+# 660.6 with sparsity -> 242 and 330 dense (the 4090's 660.6 dense is fp16 accumulate); H100/H200 3958 sparse
+# -> 1979 dense). Cards without fp8 units (P4, T4, V100, A100, A10) leave it None.
 # fmt: off
 GPUS: list[GPUSpec] = [
     GPUSpec("Tesla P4", (6, 1), 5.5, None, None, None, 22.0, 8.0, 192.0,
@@ -109,13 +113,13 @@ GPUS: list[GPUSpec] = [
     GPUSpec("A10", (8, 6), 31.2, 62.5, 125.0, 125.0, 250.0, 24.0, 600.0,
             patterns=(r"^a10$",)),
     GPUSpec("L4", (8, 9), 30.3, 60.0, 121.0, 121.0, 242.0, 24.0, 300.0,
-            patterns=(r"^l4$",)),
+            patterns=(r"^l4$",), fp8_tflops=242.0),
     GPUSpec("RTX 4090", (8, 9), 82.6, 82.6, 165.0, 165.0, 661.0, 24.0, 1008.0,
-            aliases=("4090",), patterns=(r"^rtx 4090$",)),
+            aliases=("4090",), patterns=(r"^rtx 4090$",), fp8_tflops=330.3),
     GPUSpec("H100 SXM", (9, 0), 67.0, 495.0, 989.0, 989.0, 1979.0, 80.0, 3350.0,
-            aliases=("h100", "h100 sxm5"), patterns=(r"^h100 80gb hbm3$", r"^h100[- ]sxm")),
+            aliases=("h100", "h100 sxm5"), patterns=(r"^h100 80gb hbm3$", r"^h100[- ]sxm"), fp8_tflops=1979.0),
     GPUSpec("H200", (9, 0), 67.0, 495.0, 989.0, 989.0, 1979.0, 141.0, 4800.0,
-            aliases=("h200 sxm",), patterns=(r"^h200$", r"^h200[- ]sxm"),
+            aliases=("h200 sxm",), patterns=(r"^h200$", r"^h200[- ]sxm"), fp8_tflops=1979.0,
             measured=Measured(copy_gbps=4200.0, fp32_tflops=51.0, tf32_tflops=411.0, fp16_tflops=761.0,
                               bf16_tflops=791.0, note="torch 2.11, device copy and 8192^3 matmul")),
 ]
@@ -152,16 +156,27 @@ def lookup(name: str | None) -> GPUSpec | None:
 
 
 def peak(spec: GPUSpec, precision: str) -> Peak:
-    """The peak rate of ``precision`` on ``spec``, falling back to the fp32 rate where the unit is missing."""
+    """The peak rate of ``precision`` on ``spec``, falling back to the fp32 rate where the unit is missing.
+
+    A card without fp8 units is projected at what a quantised run would really use there: int8 tensor
+    cores where it has them, else the fp16 tensor rate, else fp32 (path "int8 instead" / "fp16 instead").
+    """
     if precision not in PRECISIONS:
         raise UserError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
     fp32 = spec.fp32_tflops
     fp32_flops = fp32 * 1e12 if fp32 is not None else math.nan
     if precision == "fp32":
         return Peak(fp32_flops, "native")
-    value = {"tf32": spec.tf32_tflops, "fp16": spec.fp16_tflops, "bf16": spec.bf16_tflops, "int8": spec.int8_tops}[
-        precision
-    ]
+    if precision == "fp8" and spec.fp8_tflops is None:
+        if spec.int8_tops is not None:
+            return Peak(spec.int8_tops * 1e12, "int8 instead",
+                        f"{spec.name} has no fp8 units (CC 8.9 needed): projected at int8, the quantised mode it runs")
+        if spec.fp16_tflops is not None:
+            return Peak(spec.fp16_tflops * 1e12, "fp16 instead",
+                        f"{spec.name} has neither fp8 nor int8 tensor cores: projected at fp16")
+        return Peak(fp32_flops, "fp32 rate", f"{spec.name} has no fp8 units: fp32 rate at best")
+    value = {"tf32": spec.tf32_tflops, "fp16": spec.fp16_tflops, "bf16": spec.bf16_tflops, "int8": spec.int8_tops,
+             "fp8": spec.fp8_tflops}[precision]
     if value is not None:
         return Peak(value * 1e12, "tensor" if spec.kind == "gpu" else "native")
     if precision == "bf16" and (spec.bf16_emulated or spec.kind == "gpu"):
@@ -208,13 +223,14 @@ def spec_from_nvml(
     bandwidth (B/s) = max memory clock (Hz) x bus width (bits) / 8 x NVML_MEM_DATA_RATE;
     fp32 (FLOP/s)   = SMs x FP32 cores per SM (by CC) x 2 (FMA) x max SM clock (Hz);
     fp16/bf16 tensor = SMs x tensor FLOP per SM per clock (by CC) x clock; tf32 = half of fp16 (CC >= 8.0);
-    bf16 only from CC 8.0 (emulated below); int8 = 2x fp16 tensor (CC >= 7.5), 4x fp32 via DP4A on 6.1.
+    bf16 only from CC 8.0 (emulated below); int8 = 2x fp16 tensor (CC >= 7.5), 4x fp32 via DP4A on 6.1;
+    fp8 = 2x fp16 tensor from CC 8.9.
     GeForce cards run fp16 with fp32 accumulate at half the rate estimated here.
     """
     bandwidth = None
     if max_mem_clock_mhz and bus_width_bits:
         bandwidth = max_mem_clock_mhz * 1e6 * bus_width_bits / 8 * NVML_MEM_DATA_RATE / 1e9
-    fp32 = tf32 = fp16 = bf16 = int8 = None
+    fp32 = tf32 = fp16 = bf16 = int8 = fp8 = None
     if sm_count and max_sm_clock_mhz and cc:
         clock_hz = max_sm_clock_mhz * 1e6
         cores = fp32_cores_per_sm(cc)
@@ -228,6 +244,8 @@ def spec_from_nvml(
             int8 = 2 * fp16
         elif cc == (6, 1):
             int8 = DP4A_INT8_PER_FP32 * fp32
+        if cc >= (8, 9) and fp16 is not None:
+            fp8 = 2 * fp16
     memory_gb = memory_total_bytes / 1e9 if memory_total_bytes else None
     return GPUSpec(
         name=name,
@@ -243,6 +261,7 @@ def spec_from_nvml(
         estimated=True,
         source="estimated from NVML clocks and bus width",
         sm_count=sm_count,
+        fp8_tflops=fp8,
     )
 
 

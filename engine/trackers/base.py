@@ -94,6 +94,11 @@ class Tracker(ABC):
         """Facts about the tracker for the run report (parameters, weights, ...)."""
         return {"name": self.name, "stages": list(self.stages)}
 
+    def describe_precision(self, precision: str, device: torch.device | str) -> dict[str, Any]:
+        """What ``precision`` does in this tracker on ``device``, for the run report: a quantising tracker
+        returns its int8/fp8 recipe and the layers it quantises; {} otherwise."""
+        return {}
+
     def counting_mode(self) -> AbstractContextManager[None]:
         """A context in which every op goes through torch's dispatcher, for counting FLOPs and bytes.
 

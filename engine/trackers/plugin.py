@@ -7,6 +7,12 @@
   ``fn(frames: uint8 [T, H, W, 3] on ctx.device, queries: float32 [N, 3] on ctx.device)
   -> (tracks [N, T, 2], visible [N, T])`` (tensors or numpy arrays).
 
+Precision: int8/fp8 quantise a module plugin's nn.Linear layers (and 1x1 convs) through
+``engine.trackers.quant.quantize_module`` on a **copy** made once per mode and device; the plugin itself
+stays the float reference that fp32/tf32/fp16/bf16 run. A callable that is not an nn.Module, or a module
+without such layers, is refused with a UserError saying why. A plugin that is a Tracker gets
+``ctx.precision`` and quantises itself (or not).
+
 Stages: a plugin that declares ``stages`` (a tuple of names) times itself through the ``timer``
 attribute the adapter sets before each call (``timer.stage(name)`` or ``begin``/``end``). A module
 that declares none is timed per top-level submodule through forward pre/post hooks. The adapter adds
@@ -15,14 +21,17 @@ its own ``upload`` (frames to the device) and ``download`` (results to the host)
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from engine.core.errors import TrackerError
+from engine.core.errors import TrackerError, UserError
+from engine.core.precision import QUANT_MODES
 from engine.core.stages import StageTimer
 from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult
+from engine.trackers.quant import QuantReport, quantize_module, recipe_for
 
 UPLOAD_STAGE = "upload"
 DOWNLOAD_STAGE = "download"
@@ -103,6 +112,7 @@ class PluginTracker(Tracker):
         self.plugin_stages = declared
         self.stages = (UPLOAD_STAGE, *declared, DOWNLOAD_STAGE)
         self._device: torch.device | None = None
+        self._quantised: dict[str, tuple[torch.nn.Module, QuantReport]] = {}  # mode -> copy on self._device
 
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {
@@ -115,13 +125,59 @@ class PluginTracker(Tracker):
         }
         if isinstance(self.plugin, torch.nn.Module):
             info["parameters"] = int(sum(p.numel() for p in self.plugin.parameters()))
+        if self._quantised:
+            info["quantisation"] = {mode: report.describe() for mode, (_, report) in self._quantised.items()}
         return info
+
+    def _refuse_quantising(self, precision: str) -> None:
+        if not isinstance(self.plugin, torch.nn.Module):
+            raise UserError(f"plugin {self.name!r}: cannot quantise a plugin that is not an nn.Module "
+                            f"({type(self.plugin).__name__}); {precision} needs its nn.Linear layers",
+                            "return a torch.nn.Module from the factory, or run fp32/bf16")
+
+    def _quantise(self, precision: str, device: torch.device | str, check: bool = True
+                  ) -> tuple[torch.nn.Module, QuantReport]:
+        self._refuse_quantising(precision)
+        assert isinstance(self.plugin, torch.nn.Module)
+        qmodule = copy.deepcopy(self.plugin)  # the hooks' closures are shared: the copy is timed as well
+        report = quantize_module(qmodule, recipe_for(precision, device), check=check)
+        if not report.quantised:
+            skipped = "; ".join(f"{e['name']}: {e['reason']}" for e in report.not_quantised[:4]) or "none found"
+            raise UserError(f"plugin {self.name!r}: cannot quantise it for {precision}: it has no nn.Linear or 1x1 "
+                            f"Conv2d layers to quantise ({skipped})",
+                            "build its matmuls from nn.Linear layers, or run fp32/bf16")
+        return qmodule, report
+
+    def describe_precision(self, precision: str, device: torch.device | str) -> dict[str, Any]:
+        """For int8/fp8: the recipe and what it quantises in this plugin (a dry run on a CPU copy before the
+        first run); UserError when the plugin cannot be quantised."""
+        if precision not in QUANT_MODES:
+            return {}
+        done = self._quantised.get(precision)
+        if done is None:
+            self._refuse_quantising(precision)
+            probe = copy.deepcopy(self.plugin).cpu()  # type: ignore[union-attr]  # a module: checked above
+            report = quantize_module(probe, recipe_for(precision, device), check=False)
+        else:
+            report = done[1]
+        return {"quantisation": report.describe()}
+
+    def _callee(self, ctx: RunContext) -> Callable[..., Any]:
+        """The plugin, or for int8/fp8 its quantised copy (made once per mode and device)."""
+        if ctx.precision not in QUANT_MODES:
+            return self.plugin
+        done = self._quantised.get(ctx.precision)
+        if done is None:
+            done = self._quantised[ctx.precision] = self._quantise(ctx.precision, ctx.device)
+        return done[0]
 
     def prepare(self, frames: np.ndarray, ctx: RunContext) -> PreparedVideo:
         """Upload the frames to the device (and move a module plugin there)."""
         if isinstance(self.plugin, torch.nn.Module) and self._device != ctx.device:
             self.plugin.to(ctx.device).eval()
             self._device = ctx.device
+            self._quantised.clear()
+        self._callee(ctx)  # refuses a plugin that cannot be quantised before any work
         with ctx.timer.stage(UPLOAD_STAGE):
             video = torch.from_numpy(np.ascontiguousarray(frames)).to(ctx.device, non_blocking=True)
         num_frames, height, width = frames.shape[:3]
@@ -130,12 +186,13 @@ class PluginTracker(Tracker):
     def track(self, prepared: PreparedVideo, queries: np.ndarray, ctx: RunContext) -> TrackResult:
         """Call the plugin on one batch of queries and bring its results to the host."""
         q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(ctx.device)
+        fn = self._callee(ctx)
         if self._hooks is not None:
             self._hooks.timer = ctx.timer
         elif self.plugin_stages:
-            self.plugin.timer = ctx.timer  # type: ignore[attr-defined]
+            fn.timer = ctx.timer  # type: ignore[attr-defined]
         try:
-            out = self.plugin(prepared.data["frames"], q)
+            out = fn(prepared.data["frames"], q)
         finally:
             if self._hooks is not None:
                 self._hooks.close_all()

@@ -22,7 +22,6 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
     QHeaderView,
-    QLabel,
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
@@ -34,6 +33,7 @@ from PySide6.QtWidgets import (
 from engine.api import Divergence, VideoGeometry, divergence, tapvid_metrics
 from gui.model import RunData
 from gui.panels.ab_parts import ResizeWatch, SideView
+from gui.widgets.text import plain_label, plain_tip, rich_label
 from gui.widgets.transport import Transport
 
 #: colour scale of divergence: green (agree) -> yellow -> red (far apart)
@@ -91,9 +91,9 @@ class ABView(QWidget):
                                   NO_DIVERGENCE_COLOUR])
         self.point_bin = np.zeros(0, np.int64)  # [N] bin index per point
 
-        self.summary = QLabel("no runs to compare")
+        self.summary = rich_label("no runs to compare")
         self.summary.setWordWrap(True)
-        self.warning = QLabel("")
+        self.warning = plain_label("")
         self.warning.setStyleSheet("color: #d08000;")
         self.warning.setWordWrap(True)
         self.warning.hide()
@@ -139,7 +139,7 @@ class ABView(QWidget):
         table_box = QWidget()
         table_layout = QVBoxLayout(table_box)
         table_layout.setContentsMargins(0, 0, 0, 0)
-        table_layout.addWidget(QLabel("Most divergent points"))
+        table_layout.addWidget(plain_label("Most divergent points"))
         table_layout.addWidget(self.table)
 
         self.splitter = splitter = QSplitter(Qt.Orientation.Horizontal)
@@ -164,7 +164,7 @@ class ABView(QWidget):
         self._timer.setInterval(int(1000 / PLAY_FPS))
         self._timer.timeout.connect(self._advance)
 
-        legend = QLabel("filled: visible · hollow: occluded · colour: mean px divergence of the point · "
+        legend = plain_label("filled: visible · hollow: occluded · colour: mean px divergence of the point · "
                         "selected: ring, path in A solid cyan, in B dashed magenta")
         legend.setStyleSheet("color: gray;")
         legend.setWordWrap(True)
@@ -207,7 +207,7 @@ class ABView(QWidget):
         self.run_a, self.run_b = a, b
         self.selected = None
         self._titles = {"A": f"A: {a.label}", "B": f"B: {b.label}"}
-        self.canvas.setToolTip(f"{self._titles['A']}\n{self._titles['B']}")
+        self.canvas.setToolTip(plain_tip(f"{self._titles['A']}\n{self._titles['B']}"))
         self._elide_titles()
         problems = []
         if a.tracks.shape != b.tracks.shape:

@@ -21,7 +21,6 @@ from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QHeaderView,
-    QLabel,
     QListWidget,
     QListWidgetItem,
     QSplitter,
@@ -40,6 +39,7 @@ from engine.api import (
     forward_body,
     load_timeline,
 )
+from gui.widgets.text import plain_label
 from gui.widgets.timeline import TimelineWidget
 
 #: width of the stage / module / kernel column: wide enough for 'updater.blocks.3.attn'
@@ -147,11 +147,11 @@ class CapturePanel(QWidget):
         self._pool = QThreadPool(self)
         self._pool.setMaxThreadCount(1)
 
-        self.summary_label = QLabel("no capture")
+        self.summary_label = plain_label("no capture")
         self.summary_label.setTextFormat(Qt.TextFormat.PlainText)
         self.summary_label.setWordWrap(True)
         self.summary_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.trace_label = QLabel("")
+        self.trace_label = plain_label("")
         self.trace_label.setTextFormat(Qt.TextFormat.PlainText)
         self.trace_label.setWordWrap(True)
 

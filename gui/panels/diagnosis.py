@@ -21,7 +21,6 @@ from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
     QHeaderView,
-    QLabel,
     QScrollArea,
     QSplitter,
     QTableWidget,
@@ -33,6 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.api import Analysis, Report, UserError, analyse, project, specs
+from gui.widgets.text import esc, plain_label, plain_tip, rich_label
 
 SEVERITY_COLOURS = {"critical": "#d32f2f", "warning": "#ef8a00", "info": "#1e88e5"}
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -115,7 +115,7 @@ class DiagnosisPanel(QWidget):
         self.analysis: Analysis | None = None
         self.projection: dict[str, Any] | None = None
 
-        self.header = QLabel(NO_REPORT)
+        self.header = rich_label(NO_REPORT)
         self.header.setWordWrap(True)
         self.findings = QTreeWidget()
         self.findings.setColumnCount(3)
@@ -134,7 +134,7 @@ class DiagnosisPanel(QWidget):
             self.gpu_combo.addItem(spec.name)
         self.gpu_combo.setToolTip("Project this report's per-stage times onto this GPU (datasheet peaks)")
         self.gpu_combo.currentTextChanged.connect(self._update_whatif)
-        self.whatif_summary = QLabel("")
+        self.whatif_summary = rich_label("")
         self.whatif_summary.setWordWrap(True)
         self.whatif_table = QTableWidget(0, len(WHATIF_COLUMNS))
         self.whatif_table.setHorizontalHeaderLabels(WHATIF_COLUMNS)
@@ -142,12 +142,12 @@ class DiagnosisPanel(QWidget):
         self.whatif_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.whatif_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.whatif_table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        self.assumptions = QLabel("")
+        self.assumptions = rich_label("")
         self.assumptions.setWordWrap(True)
         self.assumptions.setTextFormat(Qt.TextFormat.RichText)
         self.assumptions.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         chooser = QHBoxLayout()
-        chooser.addWidget(QLabel("Target GPU:"))
+        chooser.addWidget(plain_label("Target GPU:"))
         chooser.addWidget(self.gpu_combo)
         chooser.addStretch(1)
         whatif_inner = QWidget()
@@ -186,7 +186,7 @@ class DiagnosisPanel(QWidget):
         else:
             label = report.label or f"{report.config.tracker} {report.precision}"
             created = f" · recorded {report.created}" if report.created else ""
-            self.header.setText(f"<b>{label}</b> on {report.device_name}{created}")
+            self.header.setText(f"<b>{esc(label)}</b> on {esc(report.device_name)}{esc(created)}")
         self._fill_findings()
         self._choose_default_target()
         self._update_whatif()
@@ -220,7 +220,7 @@ class DiagnosisPanel(QWidget):
             top.setIcon(0, severity_icon(severity))
             top.setForeground(1, QColor(SEVERITY_COLOURS.get(severity, UNKNOWN_SEVERITY_COLOUR)))
             top.setFont(0, bold)
-            top.setToolTip(0, f"{title}\n(rule: {finding.get('rule', '?')})")
+            top.setToolTip(0, plain_tip(f"{title}\n(rule: {finding.get('rule', '?')})"))
             evidence = finding.get("evidence") or {}
             if evidence:
                 ev = QTreeWidgetItem(["evidence"])
@@ -231,7 +231,7 @@ class DiagnosisPanel(QWidget):
                 text = f"suggested change: {finding['suggestion']}"
                 tip = QTreeWidgetItem([text])
                 tip.setData(0, RAW_TEXT_ROLE, text)
-                tip.setToolTip(0, str(finding["suggestion"]))
+                tip.setToolTip(0, plain_tip(finding["suggestion"]))
                 top.addChild(tip)
                 tip.setFirstColumnSpanned(True)
             self.findings.addTopLevelItem(top)
@@ -280,7 +280,7 @@ class DiagnosisPanel(QWidget):
     def _clear_whatif(self, message: str) -> None:
         self.projection = None
         self.whatif_table.setRowCount(0)
-        self.whatif_summary.setText(message)
+        self.whatif_summary.setText(esc(message))  # an error text may quote a file
         self.assumptions.setText("")
 
     def _update_whatif(self, *_: Any) -> None:
@@ -300,7 +300,7 @@ class DiagnosisPanel(QWidget):
         observed, projected = result.get("observed_ms"), result.get("projected_ms")
         ratio = projected / observed if observed and projected is not None else None
         self.whatif_summary.setText(
-            f"{result['source']} → <b>{result['target']}</b> ({result['precision']}): "
+            f"{esc(result['source'])} → <b>{esc(result['target'])}</b> ({esc(result['precision'])}): "
             f"{_ms(observed)} ms observed → <b>{_ms(projected)} ms</b> projected"
             + (f" ({ratio:.2f}× the time)" if ratio else ""))
         stages = {name: row for name, row in (result.get("stages") or {}).items()
@@ -315,7 +315,7 @@ class DiagnosisPanel(QWidget):
                                                         "work do not follow the GPU's peaks")
         self._set_row(len(stages), ("total", "", "", observed, projected), bold=True)
         self._fit_table_height()
-        items = "".join(f"<li>{a}</li>" for a in result.get("assumptions") or [])
+        items = "".join(f"<li>{esc(a)}</li>" for a in result.get("assumptions") or [])
         self.assumptions.setText(f"<b>Assumptions</b><ul style='margin-left: -20px'>{items}</ul>")
 
     def _fit_table_height(self) -> None:

@@ -8,7 +8,6 @@ from PySide6.QtWidgets import (
     QFrame,
     QGridLayout,
     QHBoxLayout,
-    QLabel,
     QPushButton,
     QSpinBox,
     QVBoxLayout,
@@ -17,6 +16,7 @@ from PySide6.QtWidgets import (
 
 from engine.api import RunConfig
 from gui.panels.toggles import TogglesPanel
+from gui.widgets.text import plain_label, rich_label
 
 DEFAULT_GRID = 8
 MAX_GRID = 100
@@ -43,7 +43,7 @@ class RunPanel(QWidget):
         self.stop_button.setEnabled(False)
         self.loop_box = QCheckBox("Loop")
         self.loop_box.setToolTip("Run again as soon as a run finishes (live demos; toggles apply on the fly)")
-        self.run_label = QLabel("")
+        self.run_label = plain_label("")
         self.run_label.setWordWrap(True)
         self.grid_spin = QSpinBox()
         self.grid_spin.setRange(1, MAX_GRID)
@@ -58,7 +58,7 @@ class RunPanel(QWidget):
         self.click_box = QCheckBox("Click adds a query")
         self.click_box.setToolTip("Left click on the video adds a query on the current frame")
         self.click_box.setChecked(True)
-        self.query_label = QLabel("0 queries")
+        self.query_label = plain_label("0 queries")
 
         lay = QVBoxLayout(self)
         lay.addWidget(self.toggles)
@@ -71,7 +71,7 @@ class RunPanel(QWidget):
         sep = QFrame()
         sep.setFrameShape(QFrame.Shape.HLine)
         lay.addWidget(sep)
-        lay.addWidget(QLabel("<b>Queries</b>"))
+        lay.addWidget(rich_label("<b>Queries</b>"))
         query_grid = QGridLayout()
         query_grid.addWidget(self.grid_spin, 0, 0)
         query_grid.addWidget(grid_button, 0, 1)

@@ -12,9 +12,10 @@ from typing import Any, cast
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QStandardItemModel
-from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QSpinBox, QWidget
+from PySide6.QtWidgets import QComboBox, QFormLayout, QSpinBox, QWidget
 
 from engine.api import PRECISIONS, RunConfig, available_trackers, device_choices, precision_gates
+from gui.widgets.text import plain_label
 
 MAX_POINTS_PER_BATCH = 65536
 MAX_FRAMES_PER_BATCH = 4096
@@ -44,16 +45,16 @@ class TogglesPanel(QWidget):
         self.frames = QSpinBox()
         self.frames.setRange(1, MAX_FRAMES_PER_BATCH)
         self.frames.setToolTip("Frames processed per chunk inside the tracker")
-        self.gate_note = QLabel("")
+        self.gate_note = plain_label("")
         self.gate_note.setWordWrap(True)
         self.gate_note.setStyleSheet("color: #b8860b;")
 
         form = QFormLayout(self)
-        form.addRow("Tracker", self.tracker)
-        form.addRow("Device", self.device)
-        form.addRow("Precision", self.precision)
-        form.addRow("Points / batch", self.points)
-        form.addRow("Frames / batch", self.frames)
+        form.addRow(plain_label("Tracker"), self.tracker)
+        form.addRow(plain_label("Device"), self.device)
+        form.addRow(plain_label("Precision"), self.precision)
+        form.addRow(plain_label("Points / batch"), self.points)
+        form.addRow(plain_label("Frames / batch"), self.frames)
         form.addRow(self.gate_note)
 
         self._current = RunConfig()

@@ -6,7 +6,6 @@ The rows, their fp32 baseline, speedup and divergence are ``engine.analysis.trad
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -17,7 +16,6 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHeaderView,
-    QLabel,
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
@@ -37,6 +35,7 @@ from engine.api import (
     load_reports,
     tradeoff_accuracy_axis,
 )
+from gui.widgets.text import esc, plain_label, plain_tip, rich_label
 
 #: one colour per precision in the scatter (and the precision cell)
 PRECISION_COLOURS = {"fp32": (70, 130, 230), "tf32": (40, 170, 90), "fp16": (240, 140, 30),
@@ -103,7 +102,7 @@ class TradeoffPanel(QWidget):
         self.table_model = TradeoffTable()
         self._labels: list[tuple[pg.TextItem, float, float]] = []  # (label, log10 ms, y) of each plotted point
         self._leaders: list[pg.PlotCurveItem] = []  # lines to labels placed away from their dot
-        self.common = QLabel("")
+        self.common = rich_label("")
         self.common.setWordWrap(True)
         self.common.hide()
 
@@ -128,7 +127,7 @@ class TradeoffPanel(QWidget):
         self.plot.getViewBox().sigResized.connect(self._place_labels)
         self.legend = self.plot.addLegend(offset=(10, 10), brush=pg.mkBrush(255, 255, 255, 220), pen=pg.mkPen("k"),
                                           labelTextColor="k")
-        self.note = QLabel("")
+        self.note = plain_label("")
         self.note.setStyleSheet("color: gray;")
         self.note.setWordWrap(True)
 
@@ -231,7 +230,7 @@ class TradeoffPanel(QWidget):
                 item.setData(SORT_ROLE, key)
                 item.setData(Qt.ItemDataRole.UserRole, r)
                 if tip:
-                    item.setToolTip(tip)
+                    item.setToolTip(plain_tip(tip))
                 if c >= COL["points/batch"]:
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 if c == COL["precision"]:
@@ -251,8 +250,8 @@ class TradeoffPanel(QWidget):
             if constant:
                 common.append((name, values.pop()))
         parts = {name: value for name, value in common}
-        who = " on ".join(f"<b>{html.escape(parts.pop(k))}</b>" for k in ("tracker", "device") if k in parts)
-        words = ([who] if who else []) + [f"{value} {name}" if name != "runs" else f"{value} runs each"
+        who = " on ".join(f"<b>{esc(parts.pop(k))}</b>" for k in ("tracker", "device") if k in parts)
+        words = ([who] if who else []) + [esc(f"{value} {name}") if name != "runs" else esc(f"{value} runs each")
                                           for name, value in parts.items()]
         self.common.setText("Every row: " + ", ".join(words) if words else "")
         self.common.setVisible(bool(words))

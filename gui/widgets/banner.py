@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QToolButton, QWidget
+
+from gui.widgets.text import esc, rich_label
 
 BANNER_STYLES = {
     "error": "background: #fde2e1; border: 1px solid #e0a3a0; color: #611a15;",
@@ -17,7 +19,7 @@ class MessageBanner(QFrame):
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
-        self.text = QLabel()
+        self.text = rich_label()
         self.text.setWordWrap(True)
         self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         close = QToolButton(text="✕")
@@ -33,13 +35,11 @@ class MessageBanner(QFrame):
 
     def show_message(self, message: str, suggestion: str | None = None, level: str = "error") -> None:
         self.level, self.message = level, message
-        html = f"<b>{_escape(message)}</b>"
+        html = f"<b>{esc(message)}</b>"
         if suggestion:
-            html += f"<br>Try: {_escape(suggestion)}"
+            html += f"<br>Try: {esc(suggestion)}"
         self.text.setText(html)
         self.setStyleSheet(f"MessageBanner {{{BANNER_STYLES.get(level, BANNER_STYLES['info'])}}}")
         self.show()
 
 
-def _escape(s: str) -> str:
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QScrollArea, QVBoxLayout, QWidget
 
 from engine.api import Cost, Report, RunConfig, clock_reason_mask
 from gui.widgets.stage_colours import stage_colour
+from gui.widgets.text import plain_label
 
 POLL_HZ = 5.0  # highest paint rate; the sampler's data rate (10 Hz) is independent of it
 #: on a long time axis the charts redraw less often: when the newest sample has moved this many pixels
@@ -120,14 +121,20 @@ class ChartsPanel(QWidget):
         self._run_first_batch = 0  # index in _batches of the latest run's first batch
         self._marker_items: list[pg.InfiniteLine] = []
 
-        self.mode_label = QLabel("")
+        self.mode_label = plain_label("")
         self.mode_label.setWordWrap(True)
+        self.degraded_label = plain_label("")  # the sampler's last read failure, when there is one
+        self.degraded_label.setWordWrap(True)
+        self.degraded_label.setStyleSheet("color: #a05a00;")
+        self.degraded_label.hide()
+        self._degraded = ""
         self.glw = pg.GraphicsLayoutWidget()
         self.glw.setBackground("w")
         self.glw.ci.setSpacing(2)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(self.mode_label)
+        layout.addWidget(self.degraded_label)
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
@@ -308,6 +315,25 @@ class ChartsPanel(QWidget):
         self._x_page = (0.0, -1.0)
         self._last_sample = None
 
+    def _since(self, now: float) -> float:
+        """Where the samples asked for start: the last WINDOW_S while following, else the held window's start.
+
+        A finished run stays in view (``focus``): asking only for the last minute emptied its curves a
+        minute after it ended, and a chart exported then was blank.
+        """
+        since = now - WINDOW_S
+        if not self._follow and self._x_want is not None:
+            since = min(since, self.origin + self._x_want[0])
+        return since
+
+    def _show_degraded(self, error: str) -> None:
+        """The sampler's last read failure under the mode line (the charts keep what they have)."""
+        if error == self._degraded:
+            return
+        self._degraded = error
+        self.degraded_label.setText(f"Telemetry degraded: {error}" if error else "")
+        self.degraded_label.setVisible(bool(error))
+
     # -- telemetry ------------------------------------------------------------------------------------------
     def poll(self) -> None:
         """One drawing tick: new telemetry samples, stage bars, breakdown when due, time axis (not when hidden)."""
@@ -315,7 +341,8 @@ class ChartsPanel(QWidget):
             return
         now = time.perf_counter()
         if self.sampler is not None and self.live:
-            snap = self.sampler.snapshot(since=now - WINDOW_S)
+            self._show_degraded(str(getattr(self.sampler, "last_error", "") or ""))
+            snap = self.sampler.snapshot(since=self._since(now))
             t = snap.get("t")
             last = float(t[-1]) if t is not None and len(t) else None
             if last is not None and last != self._last_sample:  # redraw only when a sample arrived

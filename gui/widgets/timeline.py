@@ -19,9 +19,10 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPen, QPicture
-from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGridLayout, QSizePolicy, QVBoxLayout, QWidget
 
 from engine.api import TimelineData
+from gui.widgets.text import plain_label
 
 ROW_FILL = 0.8  # share of a row's height its bars fill
 LEFT_AXIS_PX = 170
@@ -214,7 +215,7 @@ class TimelineWidget(QWidget):
         item.getAxis("bottom").setTextPen(pg.mkPen("#222"))
         item.showGrid(x=True, y=False, alpha=0.15)
 
-        self.info = QLabel("")
+        self.info = plain_label("")
         self.info.setTextFormat(Qt.TextFormat.PlainText)
         self.info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.info.setWordWrap(False)
@@ -318,12 +319,12 @@ class TimelineWidget(QWidget):
             by_colour.setdefault(class_colour(cls).name(), []).append(cls)
         for n, (colour, names) in enumerate(by_colour.items()):
             row, col = divmod(n, LEGEND_COLUMNS)
-            swatch = QLabel()
+            swatch = plain_label()
             swatch.setFixedSize(10, 10)
             swatch.setStyleSheet(f"background: {colour}; border: 1px solid #555;")
             first = names[0].replace("kernel ", "kernel: ").replace("api ", "API: ")
             rest = [n.removeprefix("kernel ") for n in names[1:]]
-            text = QLabel(", ".join([first, *rest]))
+            text = plain_label(", ".join([first, *rest]))
             text.setTextFormat(Qt.TextFormat.PlainText)
             text.setStyleSheet("font-size: 8pt;")
             self.legend.addWidget(swatch, row, 2 * col)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QIcon
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QStyle, QToolButton, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QSlider, QStyle, QToolButton, QWidget
+
+from gui.widgets.text import plain_label
 
 #: the style's own media icons: a font may lack the pause glyph (U+23F8 drew as an empty box)
 PLAY_ICON, PAUSE_ICON = QStyle.StandardPixmap.SP_MediaPlay, QStyle.StandardPixmap.SP_MediaPause
@@ -30,7 +32,7 @@ class Transport(QWidget):
         self.forward_button.setToolTip(step_tips[1])
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setRange(0, 0)
-        self.frame_label = QLabel("0 / 0")
+        self.frame_label = plain_label("0 / 0")
         self.frame_label.setMinimumWidth(label_width)
         self.row = QHBoxLayout(self)
         self.row.setContentsMargins(0, 0, 0, 0)

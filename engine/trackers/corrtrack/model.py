@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.trackers.quant import QuantRecipe, quantized_matmul
+
 MODEL_SIZE = 256  # frames are resized to MODEL_SIZE x MODEL_SIZE
 FEATURE_STRIDE = 4
 POOL_FACTORS = (1, 2, 4)  # correlation pyramid: strides 4, 8, 16
@@ -177,7 +179,12 @@ def local_windows(vol: torch.Tensor, size: int, centre: torch.Tensor, radius: in
 
 
 class CorrTrackNet(nn.Module):
-    """The whole network; the tracker calls its stages one by one to time them."""
+    """The whole network; the tracker calls its stages one by one to time them.
+
+    ``corr_recipe``: set on a quantised copy (int8/fp8), the correlation matmul runs quantised too.
+    """
+
+    corr_recipe: QuantRecipe | None = None
 
     def __init__(self, cfg: CorrTrackConfig | None = None):
         super().__init__()
@@ -224,7 +231,10 @@ class CorrTrackNet(nn.Module):
         q = qfeat / math.sqrt(c)
         if not torch.is_autocast_enabled(feats.device.type):
             q = q.to(feats.dtype)
-        vol = torch.matmul(q, feats.reshape(b, t * hw, c).transpose(1, 2))  # [B, N, T*HW]
+        if self.corr_recipe is not None:  # int8/fp8: per query x per position scales
+            vol = quantized_matmul(q, feats.reshape(b, t * hw, c).transpose(1, 2), self.corr_recipe)
+        else:
+            vol = torch.matmul(q, feats.reshape(b, t * hw, c).transpose(1, 2))  # [B, N, T*HW]
         n = vol.shape[1]
         levels = [vol.view(b, n, t, size, size)]
         flat = vol.view(b * n * t, 1, size, size)

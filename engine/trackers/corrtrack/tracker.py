@@ -11,10 +11,17 @@ Opt-in, CUDA only: ``compile=True`` (or TRACKSCOPE_CORRTRACK_COMPILE=1) runs the
 refinement iteration and the polish through torch.compile (inductor, static shapes): on the H200 the
 warm call took about half the time, but first runs took 16-62 s to compile, so it is off by default
 (cold start). A compile that fails falls back to the uncompiled code for good.
+int8/fp8 (engine.trackers.quant): a quantised copy of the network, made once per mode and device, runs
+them; the float model is never touched, so fp32/tf32/fp16/bf16 run as before. Quantised: the backbone's
+1x1 projections, the correlation volume's matmul (per-query x per-position dynamic scales), query_in, the
+temporal blocks' MLPs and corr_in (kept in float for fp8: KEEP_FLOAT says why); NOT_QUANTISED_STAGES
+lists the rest. Quantised stages are captured in CUDA graphs like the others (dynamic scales are device
+ops, shapes static, the kernel check runs before any capture); a failing capture falls back to eager.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,17 +32,32 @@ import torch
 
 from engine.core import flags
 from engine.core.flags import env_flag
+from engine.core.precision import QUANT_MODES
 from engine.core.stages import BUILTIN_STAGES
 from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult
 from engine.trackers.corrtrack.graphs import GraphCache, GraphCaptureError
 from engine.trackers.corrtrack.model import MODEL_SIZE, CorrTrackNet, count_parameters, visible_from_logits
 from engine.trackers.corrtrack.polish import PolishConfig, grey_frames, ncc_polish
 from engine.trackers.corrtrack.weights import DEFAULT_WEIGHTS, load_model
+from engine.trackers.quant import QuantReport, quantize_module, recipe_for
 
 NO_GRAPHS_ENV = flags.NO_CUDA_GRAPHS
 POLISH_ENV = flags.CORRTRACK_POLISH  # false turns the NCC polish off
 COMPILE_ENV = flags.CORRTRACK_COMPILE  # true turns torch.compile on (CUDA)
 RECOMPILE_LIMIT = 64  # dynamo's variants per compiled function, raised to this while compiling is on
+#: layers a mode keeps in float, with the measured reason
+KEEP_FLOAT = {
+    "int8": {},
+    "fp8": {"corr_in": "its rows mix correlation windows with motion features (positions / 64, frame offsets, "
+                       "logits); e4m3's 3 mantissa bits there cost AJ 0.006 on the sample (CPU: 0.928 -> 0.934)"},
+}
+#: what int8/fp8 leave in float (beside the layers quantize_module lists)
+NOT_QUANTISED_STAGES = (
+    "backbone 3x3 convs: no int8/fp8 conv kernel in torch (autocast dtype)",
+    "query_features, local correlation windows: gathers and bilinear blends",
+    "cost volume pooling (avg_pool2d), init_head (max, logsumexp, softmax), LayerNorm, GELU, temporal taps",
+    "polish: NCC in fp32 (autocast off)",
+)
 
 
 def to_model_xy(xy: torch.Tensor, width: int, height: int) -> torch.Tensor:
@@ -88,6 +110,7 @@ class CorrTrackTracker(Tracker):
         self._track_graphs = GraphCache()
         self._backbone_graphs = GraphCache()
         self._device = torch.device("cpu")
+        self._quantised: dict[str, tuple[CorrTrackNet, QuantReport]] = {}  # mode -> copy on self._device
 
     def describe(self) -> dict[str, Any]:
         info = {
@@ -109,7 +132,28 @@ class CorrTrackTracker(Tracker):
         for key in ("sha256", "validation", "training", "date"):
             if key in self.manifest:
                 info[key] = self.manifest[key]
+        if self._quantised:
+            info["quantisation"] = {mode: self._quant_describe(report) for mode, (_, report) in self._quantised.items()}
         return info
+
+    @staticmethod
+    def _quant_describe(report: QuantReport) -> dict[str, Any]:
+        info = report.describe()
+        info["quantised"] = [*info["quantised"], "cost_volume matmul (queries x positions, rowwise x rowwise)"]
+        info["not_quantised"] = [*info["not_quantised"], *NOT_QUANTISED_STAGES]
+        return info
+
+    def describe_precision(self, precision: str, device: torch.device | str) -> dict[str, Any]:
+        """What ``precision`` runs on ``device``: for int8/fp8 the recipe and the layers it quantises (a dry
+        run on a CPU copy when the mode has not run yet)."""
+        if precision not in QUANT_MODES:
+            return {}
+        done = self._quantised.get(precision)
+        if done is not None and str(self._device) == str(torch.device(device)):
+            return {"quantisation": self._quant_describe(done[1])}
+        probe = copy.deepcopy(self.model).cpu()
+        report = quantize_module(probe, recipe_for(precision, device), check=False, keep=KEEP_FLOAT[precision])
+        return {"quantisation": self._quant_describe(report)}
 
     @contextmanager
     def counting_mode(self) -> Iterator[None]:
@@ -128,7 +172,23 @@ class CorrTrackTracker(Tracker):
             self._device = device
             self._track_graphs.clear()
             self._backbone_graphs.clear()
+            self._quantised.clear()
         return self.model
+
+    def _model_for(self, ctx: RunContext) -> CorrTrackNet:
+        """The float model, or for int8/fp8 its quantised copy (made once per mode and device; the float
+        model stays as it is, so the other modes run exactly as before)."""
+        model = self._model_on(ctx.device)
+        if ctx.precision not in QUANT_MODES:
+            return model
+        done = self._quantised.get(ctx.precision)
+        if done is None:
+            qmodel = copy.deepcopy(model)
+            recipe = recipe_for(ctx.precision, ctx.device)
+            report = quantize_module(qmodel, recipe, keep=KEEP_FLOAT[ctx.precision])  # checks the kernel first
+            qmodel.corr_recipe = recipe
+            done = self._quantised[ctx.precision] = (qmodel.eval(), report)
+        return done[0]
 
     def _runner(self, ctx: RunContext, cache: GraphCache, key: tuple) -> Callable[..., tuple]:
         """stage(name, fn, *inputs): replay a CUDA graph of fn when graphs are on, else call fn."""
@@ -144,12 +204,13 @@ class CorrTrackTracker(Tracker):
         """fn, or its torch.compile'd twin (made once per tracker) when compiling is on for this device."""
         if not self._compiling(device):
             return fn
-        compiled = self._compiled.get(name)
+        key = f"{name}@{id(getattr(fn, '__self__', fn))}"  # the float model and a quantised copy compile apart
+        compiled = self._compiled.get(key)
         if compiled is None:
             # each shape, dtype and autocast setting (graph capture vs eager) compiles once: 8 variants
             # per function, dynamo's default, are used up by two batch sizes in two precisions
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
-            compiled = self._compiled[name] = torch.compile(fn, dynamic=False)
+            compiled = self._compiled[key] = torch.compile(fn, dynamic=False)
         return compiled
 
     def _with_fallback(self, body: Callable[[], Any]) -> Any:
@@ -178,7 +239,7 @@ class CorrTrackTracker(Tracker):
         if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
             raise ValueError(f"frames must be uint8 [T, H, W, 3], got {frames.dtype} {frames.shape}")
         num_frames, height, width = frames.shape[:3]
-        model = self._model_on(ctx.device)
+        model = self._model_for(ctx)
         with ctx.timer.stage("upload"):
             host = torch.from_numpy(np.ascontiguousarray(frames))
             if ctx.device.type == "cuda":
@@ -220,7 +281,7 @@ class CorrTrackTracker(Tracker):
 
     def track(self, prepared: PreparedVideo, queries: np.ndarray, ctx: RunContext) -> TrackResult:
         """Track queries [N, 3] (t, x, y) in original pixels through the prepared video."""
-        model = self._model_on(ctx.device)
+        model = self._model_for(ctx)
         feats = prepared.data["features"]  # [1, T, HW, C]
         grey = prepared.data.get("grey")  # [T, 256, 256] float32, when prepared with the polish on
         w, h = prepared.width, prepared.height
