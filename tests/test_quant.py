@@ -197,3 +197,24 @@ def test_check_kernel_catches_wrong_numbers_and_tries_the_other_layout(monkeypat
         Q._ROW_MAJOR_B.discard(("int8", "cpu"))
     ok = Q.check_kernel(Q.recipe_for("fp8", "cpu"), "cpu")
     assert ok["operand_layout"] == "column-major" and ok["relative_error"] < FP8_BOUND
+
+
+def test_a_quantised_1x1_conv_keeps_its_weights_on_the_conv_device(monkeypatch):
+    """QuantConv1x1 built its matmul weights on the CPU whatever the conv's device: CorrTrack int8/fp8 then
+    failed on CUDA with 'mat2 is on cpu'. The device a tensor is made on is checked through nn.Linear."""
+    from torch import nn
+
+    from engine.trackers import quant
+
+    made_on = []
+    real_linear = nn.Linear
+
+    class SpyLinear(real_linear):
+        def __init__(self, *args, device=None, **kwargs):
+            made_on.append(device)
+            super().__init__(*args, device=device, **kwargs)
+
+    monkeypatch.setattr(quant.nn, "Linear", SpyLinear)
+    conv = nn.Conv2d(32, 32, 1)
+    quant.QuantConv1x1(conv, quant.recipe_for("int8", "cpu"))
+    assert made_on == [conv.weight.device]

@@ -156,7 +156,7 @@ class PluginTracker(Tracker):
         done = self._quantised.get(precision)
         if done is None:
             self._refuse_quantising(precision)
-            probe = copy.deepcopy(self.plugin).cpu()  # type: ignore[union-attr]  # a module: checked above
+            probe = copy.deepcopy(self.plugin).cpu()  # type: ignore[union-attr,attr-defined]  # a module: checked above
             report = quantize_module(probe, recipe_for(precision, device), check=False)
         else:
             report = done[1]

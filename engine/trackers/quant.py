@@ -226,6 +226,10 @@ def quantized_matmul(a: torch.Tensor, b: torch.Tensor, recipe: QuantRecipe) -> t
 class QuantLinear(nn.Module):
     """An nn.Linear with int8/fp8 weights (per output channel) and dynamic per-row activation scales."""
 
+    weight_q: torch.Tensor  # [N, K] int8 / float8_e4m3fn, registered as buffers below
+    weight_scale: torch.Tensor  # [N, 1] or []
+    bias: torch.Tensor | None
+
     def __init__(self, linear: nn.Linear, recipe: QuantRecipe):
         super().__init__()
         self.recipe = recipe
@@ -264,7 +268,8 @@ class QuantConv1x1(nn.Module):
 
     def __init__(self, conv: nn.Conv2d, recipe: QuantRecipe):
         super().__init__()
-        linear = nn.Linear(conv.in_channels, conv.out_channels, bias=conv.bias is not None)
+        linear = nn.Linear(conv.in_channels, conv.out_channels, bias=conv.bias is not None,
+                           device=conv.weight.device)  # on the conv's device: a CUDA model stays on CUDA
         with torch.no_grad():
             linear.weight.copy_(conv.weight.detach().reshape(conv.out_channels, conv.in_channels))
             if conv.bias is not None:
@@ -366,6 +371,7 @@ def quantize_module(module: nn.Module, recipe: QuantRecipe, *, check: bool = Tru
                     q = QuantLinear(child, recipe)
                     shape = f"{child.in_features}->{child.out_features}"
                 else:
+                    assert isinstance(child, nn.Conv2d)  # _quantisable: a Linear or a 1x1 conv
                     q = QuantConv1x1(child, recipe)
                     shape = f"{child.in_channels}->{child.out_channels} 1x1"
                 q._forward_pre_hooks.update(child._forward_pre_hooks)  # the user's (and stage timers') hooks
