@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DATA = ROOT / "tests" / "data" / "capture"
+DATA = ROOT / "tests" / "data" / "capture" / "call1"
 TRACES = {"deep_nested": "trace_deep_nested.json.gz", "corrtrack bf16 q1024": "trace_corrtrack_bf16_q1024.json.gz"}
 
 

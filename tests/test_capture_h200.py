@@ -82,8 +82,9 @@ def test_fp32_grid_sampler_at_thirty_percent_of_the_run_is_the_top_finding():
     assert top["rule"] == "fp32_under_autocast" and top["module"] == "sampler"
     assert "aten::grid_sampler" in top["title"] and top["severity"] == "warning"  # half of 30 % at stake
     assert top["evidence"]["share"] == 0.15
-    # as committed (0.005 ms of grid_sampler) it is far too small to be a finding at all
-    assert "fp32_under_autocast" not in {f["rule"] for f in findings_of("fp32_grid_sample")}
+    # as captured (the second H200 call's heavier sampler: 1.4 ms of an 8 ms run) it is named on its own
+    committed = findings_of("fp32_grid_sample")
+    assert committed[0]["rule"] == "fp32_under_autocast" and committed[0]["module"] == "sampler"
 
 
 @pytest.mark.parametrize("label", ["deep_nested", "deep_nested bf16"])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from engine.capture.attribution import OUTSIDE_STAGES
 from engine.capture.rules import WARNING_SHARE, diagnose_capture, severity
 from engine.capture.summary import (
@@ -50,7 +52,7 @@ def test_host_sync_fires_with_call_site_and_severity_by_share():
     assert f["call_site"] == SITE and f["module"] == "match.scorer" and f["stage"] == "match"
     assert f["severity"] == "critical" and findings[0]["rule"] == "host_sync"
     assert f["evidence"]["share"] == round(9.5 / 16.8, 4)
-    assert f["evidence"]["ms_at_stake"] == round(9.5 / 16.8 * 11.0, 3)
+    assert f["evidence"]["ms_at_stake"] == pytest.approx(9.5 / 16.8 * 11.0, abs=2e-3)
     # the same syncs in a long run are a small share: info, never above
     long = dataclasses.replace(s, wall_ms=1000.0, idle_by_cause_ms={"sync": 9.5})
     assert by_rule(diagnose_capture(long))["host_sync"]["severity"] == "info"

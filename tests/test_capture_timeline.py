@@ -18,7 +18,7 @@ from engine.capture.timeline import TimelineData, load_timeline
 from engine.capture.trace import Trace
 from engine.core.stages import StageTimer
 
-DATA = Path(__file__).parent / "data" / "capture"
+DATA = Path(__file__).parent / "data" / "capture" / "call1"  # the first H200 call: summaries + traces
 DEEP = DATA / "trace_deep_nested.json.gz"
 CORR = DATA / "trace_corrtrack_bf16_q1024.json.gz"
 

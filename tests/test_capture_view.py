@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 from engine.api import as_report  # noqa: E402
 from gui.panels.capture_panel import COL_NAME, LOADING, NO_TRACE, ROLE, CapturePanel, short_kernel_name  # noqa: E402
 
-DATA = Path(__file__).parent / "data" / "capture"
+DATA = Path(__file__).parent / "data" / "capture" / "call1"  # the first H200 call: summaries + traces
 DEEP = DATA / "trace_deep_nested.json.gz"
 LOAD_MS = 20_000
 

@@ -149,7 +149,9 @@ def test_capture_rules_run_on_load_over_a_reports_deep_capture_summary(tmp_path,
         today = diagnose_capture(CaptureSummary.from_dict(run["summary"]), precision=run["precision"],
                                  capability=report.capability, typical_wall_ms=run["wall_ms_median"])
         assert [{k: v for k, v in f.items() if k != "label"} for f in found] == today, run["label"]
-        assert {f["rule"] for f in found} == {f["rule"] for f in run["findings"]}, run["label"]
+        # today's rules name what the device run named, less what one finding now folds into another
+        # (a sync loop's launches, a cause's idle gaps)
+        assert {f["rule"] for f in found} <= {f["rule"] for f in run["findings"]}, run["label"]
         assert all(f["label"] == run["label"] for f in found)
         checked += bool(found)
     assert checked >= 3  # the planted captures do fire

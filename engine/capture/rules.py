@@ -278,5 +278,54 @@ def diagnose_capture(summary: CaptureSummary, *, precision: str | None = None,
     findings: list[dict[str, Any]] = []
     for rule in RULES:
         findings.extend(rule(summary, ctx))
+    findings = _idle_explained_by_its_cause(_syncs_explain_launches(findings, ctx))
     findings.sort(key=lambda f: (-f["evidence"]["share"], SEVERITY_ORDER[f["severity"]]))
     return findings
+
+
+#: rules whose finding already accounts for the GPU idle time in its module (their fix removes the gap)
+IDLE_CAUSES = ("host_sync", "cpu_round_trip", "launch_bound_capture")
+
+
+def _idle_explained_by_its_cause(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """GPU idle gaps in a module that a sync, round-trip or launch finding names are that finding's time,
+    and a launch-bound run's leftover host idle is its loop's overhead: named once, by the cause, which then
+    carries the idle time as evidence."""
+    causes = [f for f in findings if f["rule"] in IDLE_CAUSES and f["severity"] != "info"]
+    if not causes:
+        return findings
+    out = []
+    for f in findings:
+        if f["rule"] == "gpu_idle_gaps" and f["evidence"].get("scope") != "session":
+            owner = next((c for c in causes if c["module"] == f["module"]), None)
+            if owner is None and any(c["rule"] == "launch_bound_capture" for c in causes):
+                owner = next(c for c in causes if c["rule"] == "launch_bound_capture")
+            if owner is not None:
+                owner["evidence"]["gpu_idle_also_ms"] = f["evidence"].get("host_idle_ms", 0.0)
+                continue
+        out.append(f)
+    return out
+
+
+def _syncs_explain_launches(findings: list[dict[str, Any]], ctx: dict[str, Any]) -> list[dict[str, Any]]:
+    """A loop that syncs per item is also a loop of small launches: one problem, named once, by its cause.
+
+    When host_sync and launch_bound_capture point at the same module, the launch finding is folded into
+    the sync one (whose fix, taking the loop off the host, removes both); the larger share is kept.
+    """
+    synced = {f["module"] for f in findings if f["rule"] == "host_sync" and f["module"]}
+    launches = {f["module"]: f for f in findings if f["rule"] == "launch_bound_capture" and f["module"] in synced}
+    out = []
+    for f in findings:
+        if f["rule"] == "launch_bound_capture" and launches.get(f["module"]) is f:
+            continue  # folded into the sync finding of the same module
+        launch = launches.get(f["module"]) if f["rule"] == "host_sync" else None
+        if launch is not None:
+            evidence = {k: v for k, v in f["evidence"].items() if k not in ("share", "ms_at_stake")}
+            evidence.update({"launches_in_the_loop": launch["evidence"].get("launches", 0),
+                             "launch_bound_share": launch["evidence"]["share"]})
+            f = _finding("host_sync", max(f["evidence"]["share"], launch["evidence"]["share"]), f["title"],
+                         evidence, f["suggestion"], typical_wall_ms=ctx["typical"], stage=f["stage"],
+                         module=f["module"], call_site=f["call_site"])
+        out.append(f)
+    return out
