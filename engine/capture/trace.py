@@ -49,8 +49,20 @@ PY_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.+)$")
 PY_BUILTIN = re.compile(r"^<built-in (?:method|function) (?P<name>\w+)")
 
 
+class _Span:
+    """An event with ``start`` and ``dur`` (us, the trace's clock): its ``end``."""
+
+    __slots__ = ()
+    start: float
+    dur: float
+
+    @property
+    def end(self) -> float:
+        return self.start + self.dur
+
+
 @dataclass(frozen=True, slots=True)
-class CpuOp:
+class CpuOp(_Span):
     name: str
     tid: int
     start: float
@@ -58,13 +70,9 @@ class CpuOp:
     input_dims: tuple = ()
     input_types: tuple[str, ...] = ()
 
-    @property
-    def end(self) -> float:
-        return self.start + self.dur
-
 
 @dataclass(frozen=True, slots=True)
-class RuntimeCall:
+class RuntimeCall(_Span):
     name: str
     tid: int
     start: float
@@ -72,13 +80,9 @@ class RuntimeCall:
     correlation: int | None
     kind: str  # launch | sync | copy | memset | other
 
-    @property
-    def end(self) -> float:
-        return self.start + self.dur
-
 
 @dataclass(frozen=True, slots=True)
-class GpuKernel:
+class GpuKernel(_Span):
     name: str
     device: int
     stream: int
@@ -86,13 +90,9 @@ class GpuKernel:
     dur: float
     correlation: int | None
 
-    @property
-    def end(self) -> float:
-        return self.start + self.dur
-
 
 @dataclass(frozen=True, slots=True)
-class GpuCopy:
+class GpuCopy(_Span):
     op: str  # memcpy | memset
     direction: str  # DtoH | HtoD | DtoD | PtoP | HtoH | "" (memset)
     src: str  # Device | Pageable | Pinned | ""
@@ -104,16 +104,12 @@ class GpuCopy:
     correlation: int | None
 
     @property
-    def end(self) -> float:
-        return self.start + self.dur
-
-    @property
     def pageable(self) -> bool:
         return "Pageable" in (self.src, self.dst)
 
 
 @dataclass(frozen=True, slots=True)
-class Range:
+class Range(_Span):
     """A record_function range of trackscope's: a stage, a module call, or the captured run."""
 
     label: str
@@ -121,23 +117,15 @@ class Range:
     start: float
     dur: float
 
-    @property
-    def end(self) -> float:
-        return self.start + self.dur
-
 
 @dataclass(frozen=True, slots=True)
-class PyFrame:
+class PyFrame(_Span):
     name: str
     tid: int
     start: float
     dur: float
     frame_id: int | None
     parent_id: int | None
-
-    @property
-    def end(self) -> float:
-        return self.start + self.dur
 
 
 @dataclass

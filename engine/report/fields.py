@@ -134,24 +134,32 @@ def json_copy(value: Any, path: str, depth: int = 0) -> Any:
     raise fail(path, "a JSON value", value)
 
 
+def _regular_array(value: Any, path: str, ndim: int, what: str) -> np.ndarray | None:
+    """Nested JSON lists as an object array of exactly ndim axes, size-checked; None when empty."""
+    if not isinstance(value, (list, tuple, np.ndarray)):
+        raise fail(path, f"a list{' of lists' * (ndim - 1)} of {what}", value)
+    _check_leaf_depth(value, path, ndim)
+    try:
+        arr = np.array(value, dtype=object)
+    except (ValueError, TypeError):
+        raise fail(path, f"a regular {ndim}-axis list of {what}", value) from None
+    if arr.size == 0 and arr.ndim <= ndim:
+        return None
+    if arr.ndim != ndim:
+        raise fail(path, f"a regular {ndim}-axis list of {what} (found {arr.ndim} axes)", value)
+    _check_size(arr, path)
+    return arr
+
+
 def number_array(value: Any, path: str, ndim: int, nullable: bool = True, dtype: Any = np.float64
                  ) -> np.ndarray:
     """Nested JSON lists of numbers as an array of ndim axes; null (or NaN, inf) is NaN where nullable.
 
     An empty list is shape [0] * ndim. bools are refused; ragged lists are refused.
     """
-    if not isinstance(value, (list, tuple, np.ndarray)):
-        raise fail(path, f"a list{' of lists' * (ndim - 1)} of numbers", value)
-    _check_leaf_depth(value, path, ndim)
-    try:
-        arr = np.array(value, dtype=object)
-    except (ValueError, TypeError):
-        raise fail(path, f"a regular {ndim}-axis list of numbers", value) from None
-    if arr.size == 0 and arr.ndim <= ndim:
+    arr = _regular_array(value, path, ndim, "numbers")
+    if arr is None:
         return np.zeros((0,) * ndim, dtype=dtype)
-    if arr.ndim != ndim:
-        raise fail(path, f"a regular {ndim}-axis list of numbers (found {arr.ndim} axes)", value)
-    _check_size(arr, path)
     flat = arr.reshape(-1)
     kinds = set(map(type, flat))
     allowed = {int, float, type(None)} if nullable else {int, float}
@@ -177,18 +185,9 @@ def number_array(value: Any, path: str, ndim: int, nullable: bool = True, dtype:
 
 def bool_array(value: Any, path: str, ndim: int) -> np.ndarray:
     """Nested JSON lists of 0/1 or true/false as a bool array of ndim axes."""
-    if not isinstance(value, (list, tuple, np.ndarray)):
-        raise fail(path, f"a list{' of lists' * (ndim - 1)} of 0/1", value)
-    _check_leaf_depth(value, path, ndim)
-    try:
-        arr = np.array(value, dtype=object)
-    except (ValueError, TypeError):
-        raise fail(path, f"a regular {ndim}-axis list of 0/1", value) from None
-    if arr.size == 0 and arr.ndim <= ndim:
+    arr = _regular_array(value, path, ndim, "0/1")
+    if arr is None:
         return np.zeros((0,) * ndim, dtype=bool)
-    if arr.ndim != ndim:
-        raise fail(path, f"a regular {ndim}-axis list of 0/1 (found {arr.ndim} axes)", value)
-    _check_size(arr, path)
     flat = arr.reshape(-1)
     if not set(map(type, flat)) <= {int, bool} or not all(v in (0, 1) for v in flat):
         raise fail(path, "a list of 0/1 or true/false", value)
