@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,6 @@ REPO = Path(__file__).resolve().parents[1]
 BIG_POINTS, BIG_FRAMES = 4000, 2500  # random float32 tracks: ~80 MB, a few seconds of zlib
 SMALL_POINTS, SMALL_FRAMES = 3, 4
 FSIZE_LIMIT_BYTES = 256 * 1024  # RLIMIT_FSIZE for the full-disk-like write
-TEMP_WAIT_S = 30.0  # longest wait for the child's temp file to appear
 
 
 def _small(path: Path) -> bytes:
@@ -52,17 +50,33 @@ def _temp_files(folder: Path) -> list[Path]:
     return [p for p in folder.iterdir() if TEMP_MARK in p.name]
 
 
+#: a child that writes part of the NPZ, says so on stdout, then waits mid-write for the signal: no race with
+#: the machine's speed (sleeping "well inside the write" lost on a loaded machine: the write finished first)
+PAUSED_WRITE = """
+    import sys, time
+    import numpy as np
+    from engine.io.trackio import save_tracks
+
+    def paused(file, **arrays):
+        with open(file, "wb") as fh:
+            fh.write(b"PK partial")
+            fh.flush()
+            print("writing", flush=True)
+            time.sleep(60)
+
+    np.savez_compressed = paused
+    save_tracks("{path}", np.ones((3, 4, 2), np.float32), np.ones((3, 4), bool), np.zeros((3, 3), np.float32))
+"""
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_mid_write_keeps_the_previous_file(tmp_path, sig):
     path = tmp_path / "tracks.npz"
     before = _small(path)
-    child = _child(BIG_WRITE.replace("{path}", str(path)))
-    deadline = time.monotonic() + TEMP_WAIT_S
-    while not _temp_files(tmp_path):
-        assert child.poll() is None, child.communicate()
-        assert time.monotonic() < deadline, "the child never started writing"
-        time.sleep(0.01)
-    time.sleep(0.2)  # well inside the write
+    child = _child(PAUSED_WRITE.replace("{path}", str(path)))
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "writing", child.communicate()  # blocks until mid-write
+    assert _temp_files(tmp_path)  # the partial file is the temp one, beside the good file
     child.send_signal(sig)
     _, err = child.communicate(timeout=60)
     assert child.returncode == -sig, err
