@@ -30,6 +30,7 @@ from engine.analysis.facts import (
     facts,
 )
 from engine.analysis.growth import HOST_SYNC_US_PER_POINT, LAUNCH_MANY_OPS, group_growth, rule_batch_growth
+from engine.analysis.quantised import rule_quantised_slower
 from engine.analysis.roofline import Cost, StageRoofline, report_cost
 from engine.core.precision import gate
 from engine.core.units import GIB
@@ -348,6 +349,7 @@ def diagnose_many(reports: Sequence[Report | Mapping[str, Any]],
         findings = [x for x in findings if not (synced and x.rule == "launch_bound" and x.label in labels
                                                  and (x.stage in synced or x.stage is None))]
         findings += grown
+    findings += rule_quantised_slower(typed)
     return _sorted(findings)
 
 
