@@ -352,3 +352,12 @@ def test_utilisation_rules_read_the_warm_runs_not_the_setup():
     assert idle_warm and idle_warm[0].evidence["gpu_busy_pct"] == pytest.approx(5.0)
     coarse = dg.diagnose(with_busy(setup_busy=95.0, warm_busy=5.0, step=max(1.0, hi - lo)))
     assert "host_bound" not in rules(coarse)  # one sample over the warm runs: not judged
+
+
+def test_cold_start_severity_follows_the_one_off_excess_not_the_ratio():
+    """Tens of ms of first-run setup come with every configuration (CorrTrack on the H200: 60-120 ms, 6-16x its
+    warm median): info. Compilation or autotuning (the planted autotuner: 520-730 ms) is a warning."""
+    setup = [f for f in dg.diagnose(gpu_report(cold_ms=110.0)) if f.rule == "cold_start"]
+    compile_ = [f for f in dg.diagnose(gpu_report(cold_ms=600.0)) if f.rule == "cold_start"]
+    assert setup and setup[0].severity == "info"
+    assert compile_ and compile_[0].severity == "warning"
