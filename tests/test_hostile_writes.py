@@ -53,8 +53,10 @@ def _temp_files(folder: Path) -> list[Path]:
 #: a child that writes part of the NPZ, says so on stdout, then waits mid-write for the signal: no race with
 #: the machine's speed (sleeping "well inside the write" lost on a loaded machine: the write finished first)
 PAUSED_WRITE = """
-    import sys, time
+    import signal, sys, time
     import numpy as np
+    # Ctrl-C as at a terminal: a test run started in the background inherits SIGINT ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from engine.io.trackio import save_tracks
 
     def paused(file, **arrays):
