@@ -163,3 +163,22 @@ def test_capture_rules_run_on_load_over_a_reports_deep_capture_summary(tmp_path,
     out = capsys.readouterr().out
     assert (CAPTURE_HEADING in out) == bool(found)
     assert analyse(base).capture_findings == ()  # no capture section: no capture findings
+
+
+def test_a_capture_answers_the_host_side_guesses_of_its_report():
+    """A report whose capture names a host-side cause (the H200 capture of the per-point .item() plant) drops
+    the telemetry/op-count guesses about the same run (host_bound, launch_bound, untimed_work); others stay."""
+    from engine.analysis.analyse import _defer_to_captures, capture_findings
+    from engine.analysis.facts import Finding
+
+    deep = load_report(DATA / "deep" / "item_per_point.json")
+    captured = capture_findings(deep)
+    assert any(f["rule"] == "host_sync" and f["severity"] == "critical" for f in captured)
+    label = deep.label or None
+    guesses = [Finding("host_bound", "warning", "the GPU waits", {}, "", label=label),
+               Finding("untimed_work", "info", "outside every stage", {}, "", label=label),
+               Finding("tf32_off", "warning", "fp32 with TF32 off", {}, "", label=label),
+               Finding("host_bound", "warning", "another report", {}, "", label="other")]
+    kept = _defer_to_captures(guesses, captured)
+    assert [(f.rule, f.label) for f in kept] == [("tf32_off", label), ("host_bound", "other")]
+    assert _defer_to_captures(guesses, ()) == tuple(guesses)  # without a capture the guesses stand

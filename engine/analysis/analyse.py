@@ -87,12 +87,28 @@ def capture_findings(report: Report) -> tuple[dict[str, Any], ...]:
     return tuple({**f, "label": report.label or None} for f in found)
 
 
+#: telemetry- and op-count rules a capture answers precisely: where a report's capture names a host-side
+#: cause (syncs, a round trip, launches), these guesses about the same run give way to it
+SUPERSEDED_BY_CAPTURE = ("host_bound", "launch_bound", "untimed_work")
+#: the capture rules that name a host-side cause
+HOST_CAUSES = ("host_sync", "cpu_round_trip", "launch_bound_capture", "gpu_idle_gaps")
+
+
+def _defer_to_captures(findings: Sequence[Finding], captured: Sequence[Mapping[str, Any]]) -> tuple[Finding, ...]:
+    """Existing rules use the capture when there is one: host_bound / launch_bound / untimed_work of a report
+    whose capture names the host-side cause are dropped (the capture finding says it with module and call
+    site); without such a capture finding they stay."""
+    explained = {f.get("label") for f in captured if f["rule"] in HOST_CAUSES and f["severity"] != "info"}
+    return tuple(x for x in findings if not (x.rule in SUPERSEDED_BY_CAPTURE and (x.label or None) in explained))
+
+
 def analyse(report: Report | Mapping[str, Any]) -> Analysis:
     """One report's roofline and findings by today's rules."""
     r = as_report(report)
     cost = report_cost(r)
-    return Analysis(reports=(r,), costs=(cost,), findings=tuple(diagnose(r, cost)),
-                    recorded_findings=_recorded((r,), ()), capture_findings=capture_findings(r))
+    captured = capture_findings(r)
+    return Analysis(reports=(r,), costs=(cost,), findings=_defer_to_captures(diagnose(r, cost), captured),
+                    recorded_findings=_recorded((r,), ()), capture_findings=captured)
 
 
 def analyse_many(reports: Sequence[Report | Mapping[str, Any]],
@@ -101,9 +117,9 @@ def analyse_many(reports: Sequence[Report | Mapping[str, Any]],
     configuration. recorded_findings: more recorded ones (a bench file's own)."""
     typed = tuple(as_report(r) for r in reports)
     costs = tuple(report_cost(r) for r in typed)
-    return Analysis(reports=typed, costs=costs, findings=tuple(diagnose_many(typed, costs)),
-                    recorded_findings=_recorded(typed, recorded_findings),
-                    capture_findings=tuple(f for r in typed for f in capture_findings(r)))
+    captured = tuple(f for r in typed for f in capture_findings(r))
+    return Analysis(reports=typed, costs=costs, findings=_defer_to_captures(diagnose_many(typed, costs), captured),
+                    recorded_findings=_recorded(typed, recorded_findings), capture_findings=captured)
 
 
 def format_recorded(findings: Sequence[RecordedFinding]) -> str:
