@@ -30,11 +30,6 @@ from engine.core.units import GIB, MIB, format_bytes, format_ms, ms_value
 # -- video, queries and tracks files -----------------------------------------------------------------------------
 from engine.io.geometry import VideoGeometry
 
-# -- deep capture: summary, findings, timeline ----------------------------------------------------
-from engine.capture import CaptureSummary, diagnose_capture
-from engine.capture.attribution import forward_body
-from engine.capture.timeline import Lane, Markers, TimelineData, load_timeline
-from engine.workflows.deep import DeepCapture, deep_capture
 from engine.io.video import VIDEO_EXTENSIONS, open_video, write_video
 from engine.io.trackio import grid_queries, load_ground_truth, load_tracks, read_queries_csv, save_tracks
 
@@ -78,6 +73,12 @@ from engine.analysis.tradeoff import (
     row_from_report,
     speedup_over,
 )
+
+# -- deep capture: the profiler pass, its summary, findings and timeline ------------------------------------------
+from engine.capture import CaptureSummary, diagnose_capture
+from engine.capture.attribution import forward_body
+from engine.capture.timeline import Lane, Markers, TimelineData, load_timeline
+from engine.workflows.deep import DeepCapture, deep_capture
 from engine.analysis.tradeoff import accuracy_axis as tradeoff_accuracy_axis
 # isort: on
 
