@@ -29,7 +29,6 @@ from engine.core.units import GIB, MIB, format_bytes, format_ms, ms_value
 
 # -- video, queries and tracks files -----------------------------------------------------------------------------
 from engine.io.geometry import VideoGeometry
-
 from engine.io.video import VIDEO_EXTENSIONS, open_video, write_video
 from engine.io.trackio import grid_queries, load_ground_truth, load_tracks, read_queries_csv, save_tracks
 
