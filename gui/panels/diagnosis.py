@@ -47,7 +47,7 @@ MIN_WRAP_PX = 240  # narrower than this (a hidden or squeezed panel) rows stay o
 PREFERRED_TARGETS = ("Tesla T4", "A100 80GB SXM")
 NO_FINDINGS = "no findings: nothing in this report looks wrong to the rules"
 NO_REPORT = "no report yet: run the tracker or open a report"
-NO_COST = "no cost model in this report: run with bench to get one (trackscope bench --cost)"
+NO_COST = "no cost model in this report: trackscope bench records one (unless --no-cost); live runs do not yet"
 #: the title prefix of a finding the report recorded that today's rules no longer give
 RECORDED_PREFIX = "recorded: "
 WHATIF_COLUMNS = ("stage", "bound", "precision on target", "observed ms", "projected ms", "× observed")
