@@ -54,7 +54,8 @@ def project(report: Report | Mapping[str, Any], target_gpu: str) -> dict[str, An
     cost = report_cost(report)
     if cost is None or not cost.stages:
         raise UserError(f"report {report.short_label()!r} has no cost model (FLOPs and bytes per stage), "
-                        "so it cannot be projected", "record it with trackscope bench, which counts it (unless --no-cost)")
+                        "so it cannot be projected",
+                        "record it with trackscope bench, which counts it (unless --no-cost)")
     source = cost.spec
     mode = report.precision
     observed = report.stage_ms
