@@ -31,7 +31,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([x.to_dict() for x in analysis.findings], indent=1))
     else:
-        print(format_findings(list(analysis.findings)))
+        if analysis.findings or not analysis.capture_findings:
+            print(format_findings(list(analysis.findings)))
+        else:
+            print("no findings from the run's timings and telemetry")
         if analysis.capture_findings:
             print(f"\n{CAPTURE_HEADING}")
             print(format_capture_findings(analysis.capture_findings))
