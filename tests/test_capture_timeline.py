@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from engine.capture.export import write_trace
 from engine.capture.profile import capture_run
 from engine.capture.timeline import TimelineData, load_timeline
 from engine.capture.trace import Trace
 from engine.core.stages import StageTimer
+from tests.test_capture import Outer  # a root, a nested module with a leaf, forward bodies
 
 DATA = Path(__file__).parent / "data" / "capture" / "call1"  # the first H200 call: summaries + traces
 DEEP = DATA / "trace_deep_nested.json.gz"
@@ -125,25 +125,6 @@ def test_bound_keeps_ranges_and_the_longest_items(corr):
 def test_empty_trace_gives_an_empty_timeline():
     data = TimelineData.from_trace(Trace())
     assert data.lanes == [] and data.items == 0 and data.matches("x") == {}
-
-
-class Inner(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(8, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.lin(torch.sigmoid(x))
-
-
-class Outer(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.inner = Inner()
-        self.head = nn.Linear(8, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(torch.cumsum(self.inner(x), dim=0))
 
 
 def test_tiny_cpu_capture_round_trips_through_a_trace_file(tmp_path):
