@@ -306,13 +306,19 @@ def attribute(trace: Trace, module_parents: frozenset[str] = frozenset()) -> Att
     kernel_buckets: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0, 0.0])
     op_gpu_us: dict[int, float] = defaultdict(float)
     busy: list[tuple[float, float]] = []
-    for k in trace.kernels:
-        found = call_key.get(k.correlation) if k.correlation is not None else None
-        if found is None:
-            if not _inside(window, k.start, k.dur):
-                continue
+    def gpu_key(event: Any) -> tuple[str, str] | None:
+        """A GPU event's (stage, module): its launching call's, else outside every stage if it ran in the
+        run's window; None for one outside the window."""
+        found = call_key.get(event.correlation) if event.correlation is not None else None
+        if found is None and _inside(window, event.start, event.dur):
             found = (OUTSIDE_STAGES, UNATTRIBUTED)
-        key = found
+        return found
+
+    for k in trace.kernels:
+        place = gpu_key(k)
+        if place is None:
+            continue
+        key = place
         b = buckets[key]
         b.kernels += 1
         b.kernel_us += k.dur
@@ -327,12 +333,10 @@ def attribute(trace: Trace, module_parents: frozenset[str] = frozenset()) -> Att
         busy.append((k.start, k.end))
     copy_of_call: dict[int, Any] = {}
     for c in trace.copies:
-        found = call_key.get(c.correlation) if c.correlation is not None else None
-        if found is None:
-            if not _inside(window, c.start, c.dur):
-                continue
-            found = (OUTSIDE_STAGES, UNATTRIBUTED)
-        key = found
+        place = gpu_key(c)
+        if place is None:
+            continue
+        key = place
         b = buckets[key]
         if c.op == "memset":
             b.memsets += 1
