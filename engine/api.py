@@ -65,12 +65,15 @@ from engine.analysis.tradeoff import (
     BASELINE_PRECISION,
     MEMORY_DEVICE_PEAK,
     MEMORY_PROCESS_RSS,
+    PRECISION_UNUSED,
     TradeoffRow,
     TradeoffTable,
     compare_rows,
     find_baseline,
     row_from_report,
     speedup_over,
+    tunable_settings,
+    values_taken,
 )
 
 # -- deep capture: the profiler pass, its summary, findings and timeline ------------------------------------------
@@ -142,7 +145,7 @@ __all__ = [
     "CaptureSummary", "DeepCapture", "Lane", "Markers", "TimelineData", "deep_capture", "diagnose_capture",
     "forward_body", "load_timeline",
     "BASELINE_PRECISION", "BUILTIN_STAGES", "DEFAULT_TUNABLE", "GIB", "LK_STAGES", "MEMORY_DEVICE_PEAK", "MIB",
-    "MEMORY_PROCESS_RSS", "PRECISIONS",
+    "MEMORY_PROCESS_RSS", "PRECISIONS", "PRECISION_UNUSED",
     "SAMPLER_THREAD_NAME", "SAMPLE_VIDEO", "VIDEO_EXTENSIONS",
     "Accuracy", "Analysis", "BatchDone", "BenchFile", "Cost", "DeviceGates", "Divergence", "Failed", "Finding",
     "Finished", "Gate", "PreparedVideo", "QueryError", "RecordedFinding", "Report", "ReportError", "ReportVideo",
@@ -155,5 +158,6 @@ __all__ = [
     "load_any", "load_bench", "load_ground_truth", "load_report", "load_reports", "load_tracker", "load_tracks",
     "open_video", "precision_gates", "project", "queries_sidecar", "read_queries_csv", "resolve_device",
     "resources_dir", "row_from_report", "run_accuracy", "run_title", "sample_video_path", "save", "save_tracks",
+    "tunable_settings", "values_taken",
     "specs", "speedup_over", "tapvid_metrics", "track_arrays", "tradeoff_accuracy_axis", "write_video",
 ]

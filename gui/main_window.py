@@ -30,10 +30,12 @@ from gui.controllers.capture import CaptureController
 from gui.controllers.exports import ExportController
 from gui.controllers.files import FileController
 from gui.controllers.runs import RunActions
+from gui.history import HistoryEntry, video_name
 from gui.model import RunData, report_title
 from gui.panels.ab_view import ABView
 from gui.panels.capture_panel import CapturePanel
 from gui.panels.diagnosis import DiagnosisPanel
+from gui.panels.history import HistoryPanel
 from gui.panels.queue import PanelQueue
 from gui.panels.run_panel import DEFAULT_GRID, RunPanel
 from gui.panels.tradeoff import TradeoffPanel
@@ -74,6 +76,7 @@ class MainWindow(QMainWindow):
         self._build_central()
         self._build_run_dock(self.state.config)
         self._build_charts_dock()
+        self._build_history_dock()
         self.runs = RunActions(self.state, self.charts, lambda: self.sampler, self)
         self.controller = self.runs.controller
         self.files = FileController(self.state, self.settings, self, is_running=lambda: self.runs.running,
@@ -141,6 +144,13 @@ class MainWindow(QMainWindow):
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.charts_dock)
         self.resizeDocks([self.run_dock, self.charts_dock], list(DOCK_WIDTHS), Qt.Orientation.Horizontal)
 
+    def _build_history_dock(self) -> None:
+        self.history_panel = HistoryPanel(self.state)
+        self.history_dock = QDockWidget("Runs", self)
+        self.history_dock.setObjectName("history_dock")
+        self.history_dock.setWidget(self.history_panel)
+        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.history_dock)
+
     def _connect(self) -> None:
         """Wire the state to the widgets that show it, and the controls to the controllers."""
         s, p, files, runs = self.state, self.run_panel, self.files, self.runs
@@ -152,6 +162,10 @@ class MainWindow(QMainWindow):
                                                           s.analysis) if self.diagnosis is not None else None)
         s.report_replayed.connect(self._show_replayed)
         s.run_reported.connect(self._add_tradeoff_row)
+        s.entry_added.connect(self._add_tradeoff_entry)
+        s.video_changed.connect(self._history_on_new_video)
+        self.history_panel.ab_requested.connect(lambda: self.tabs.setCurrentWidget(self.ab_view)
+                                                if self.ab_view is not None else None)
         s.comparison_changed.connect(self._show_comparison)
         s.config_changed.connect(self.toggles.set_config)
         s.message_posted.connect(self._show_message)
@@ -205,6 +219,7 @@ class MainWindow(QMainWindow):
         view.addSeparator()
         view.addAction(self.run_dock.toggleViewAction())
         view.addAction(self.charts_dock.toggleViewAction())
+        view.addAction(self.history_dock.toggleViewAction())
 
     def _action(self, menu: QMenu, text: str, slot: Callable[..., Any], shortcut: Any = None) -> QAction:
         action = QAction(text, self)
@@ -283,6 +298,16 @@ class MainWindow(QMainWindow):
             return
         report, arrays = payload
         self.panels.call(self.tradeoff, self.tradeoff.add_report, report, *(arrays or ()), replace=False)
+
+    def _add_tradeoff_entry(self, entry: HistoryEntry) -> None:
+        if self.tradeoff is not None:
+            self.panels.call(self.tradeoff, self.tradeoff.add_entry, entry, replace=False)
+
+    def _history_on_new_video(self) -> None:
+        """Another video: the previous one's problem leaves the banner; the trade-offs show the new one's rows."""
+        self.banner.hide()
+        if self.tradeoff is not None:
+            self.panels.call(self.tradeoff, self.tradeoff.set_video, video_name(self.state.video_path))
 
     def _show_comparison(self, comparison: Comparison) -> None:
         if self.ab_view is None:
