@@ -11,10 +11,9 @@ controller's to drive.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
-
-import math
 
 import numpy as np
 from PySide6.QtCore import QObject, Signal

@@ -47,8 +47,8 @@ from gui.widgets.text import esc, plain_label, plain_tip, rich_label
 PRECISION_COLOURS = {"fp32": (70, 130, 230), "tf32": (40, 170, 90), "fp16": (240, 140, 30),
                      "bf16": (170, 70, 200), "int8": (220, 50, 50), "fp8": (120, 120, 120)}
 OTHER_COLOUR = (128, 128, 128)
-COLUMNS = ("video", "tracker", "machine", "precision", "points/batch", "frames/batch", "ms / run", "frames/s", "speedup",
-           "peak memory", "AJ", "px vs fp32", "runs")
+COLUMNS = ("video", "tracker", "machine", "precision", "points/batch", "frames/batch", "ms / run", "frames/s",
+           "speedup", "peak memory", "AJ", "px vs fp32", "runs")
 HEADER_TIPS = {"machine": "the device the run ran on (a report opened here says where it was recorded)",
                "precision": f"{PRECISION_UNUSED}: the tracker has no precision setting (LK)",
                "points/batch": "points tracked per batch (the run tracks all its points, batch by batch; "

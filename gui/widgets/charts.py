@@ -644,11 +644,12 @@ class ChartsPanel(QWidget):
                 if arr.ndim == 1 and len(arr) == len(snap["t"]):
                     snap[k] = arr
             self.show_telemetry(snap, 0.0)
-            if self.gpu:  # say it is not this machine's GPU
-                self.mode_label.setText(f"Replay: telemetry recorded with the report on {self.static.get('name')} "
-                                        f"({len(snap['t'])} samples), not live from this machine.")
+            where = f"on {self.static.get('name')}" if self.gpu else "of the CPU and process memory"
+            self.mode_label.setText(f"Replay: telemetry recorded with the report {where} "  # not this machine's
+                                    f"({len(snap['t'])} samples), not live from this machine.")
         else:
             self.set_static({}, {"gpu_busy_pct": "the report has no telemetry"})
+            self.mode_label.setText("Replay: the report has no telemetry (nothing shown is live).")
         previous: RunConfig | None = None
         for run in report.runs:
             start = run.start_s
