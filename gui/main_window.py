@@ -161,7 +161,6 @@ class MainWindow(QMainWindow):
         s.report_changed.connect(lambda: self.panels.call(self.diagnosis, self.diagnosis.set_report, s.report,
                                                           s.analysis) if self.diagnosis is not None else None)
         s.report_replayed.connect(self._show_replayed)
-        s.run_reported.connect(self._add_tradeoff_row)
         s.entry_added.connect(self._add_tradeoff_entry)
         s.video_changed.connect(self._history_on_new_video)
         self.history_panel.ab_requested.connect(lambda: self.tabs.setCurrentWidget(self.ab_view)
@@ -292,12 +291,6 @@ class MainWindow(QMainWindow):
         s = self.state
         if s.report is not None and deep.error is None:
             s.set_report(dataclasses.replace(s.report, capture=deep.to_dict()), s.recorder)
-
-    def _add_tradeoff_row(self, payload: tuple[Report, tuple[np.ndarray, np.ndarray] | None]) -> None:
-        if self.tradeoff is None:
-            return
-        report, arrays = payload
-        self.panels.call(self.tradeoff, self.tradeoff.add_report, report, *(arrays or ()), replace=False)
 
     def _add_tradeoff_entry(self, entry: HistoryEntry) -> None:
         if self.tradeoff is not None:

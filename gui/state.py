@@ -52,7 +52,6 @@ class AppState(QObject):
     tracks_updated = Signal()  # the current run's tracks got new points (in place)
     report_changed = Signal()  # the current report (a finished run's, or a replayed one)
     report_replayed = Signal(object)  # a report opened from a file: (the Report, the file's path)
-    run_reported = Signal(object)  # (report, (tracks, visible) | None): a row for the trade-offs
     comparison_changed = Signal(object)  # Comparison
     entry_added = Signal(object)  # a HistoryEntry (a run made here, or a report opened)
     entries_dropped = Signal(object)  # [HistoryEntry] that left the history (MAX_HISTORY)
@@ -228,10 +227,6 @@ class AppState(QObject):
         (analysis: of its whole file, a bench's growth findings included; made here when not given)."""
         self.set_report(report, analysis=analysis)
         self.report_replayed.emit((report, source))
-
-    def add_run_report(self, report: Report, arrays: tuple[np.ndarray, np.ndarray] | None = None) -> None:
-        """A report for the trade-offs (arrays: the run's tracks [N, T, 2] and visible [N, T], when left out)."""
-        self.run_reported.emit((report, arrays))
 
     # -- configuration and messages ----------------------------------------------------------------------------
     def set_config(self, config: RunConfig, announce: bool = True) -> None:

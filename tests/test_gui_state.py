@@ -26,7 +26,7 @@ def _recorder(state: AppState) -> list[str]:
     """The names of the state's signals, in the order they fire."""
     fired: list[str] = []
     for name in ("video_changed", "queries_changed", "current_changed", "tracks_updated", "report_changed",
-                 "report_replayed", "run_reported", "comparison_changed", "config_changed", "message_posted"):
+                 "report_replayed", "comparison_changed", "config_changed", "message_posted"):
         getattr(state, name).connect(lambda *_, n=name: fired.append(n))
     return fired
 

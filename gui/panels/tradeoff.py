@@ -22,15 +22,12 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QSplitter,
     QTableWidget,
-    QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
 from engine.api import (
-    GIB,
     MEMORY_PROCESS_RSS,
-    MIB,
     PRECISION_UNUSED,
     Report,
     ReportError,
@@ -41,6 +38,18 @@ from engine.api import (
     tradeoff_accuracy_axis,
 )
 from gui.history import FINISHED, OPENED, HistoryEntry, video_name
+from gui.panels.tradeoff_parts import (
+    SORT_ROLE,
+    TICK_MARGIN,
+    LogMsAxis,
+    SortItem,
+    fmt,
+    fmt_bytes,
+    fmt_ms,
+    fmt_px,
+    nice_ticks,
+    overlap,
+)
 from gui.widgets.text import esc, plain_label, plain_tip, rich_label
 
 #: one colour per precision in the scatter (and the precision cell)
@@ -60,10 +69,7 @@ HEADER_TIPS = {"machine": "the device the run ran on (a report opened here says 
                "px vs fp32": "mean distance in video pixels from the fp32 run's tracks",
                "runs": "runs recorded in the report"}
 COL = {name: i for i, name in enumerate(COLUMNS)}
-SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 SYMBOL_SIZE = 12
-MAX_TICKS = 9
-TICK_MARGIN = 1.3  # ticks cover the data range widened by this factor each side
 PLOT_PADDING = 0.15  # share of the data range left above and below the points
 MIN_AJ_SPAN = 0.05  # the AJ axis spans at least this much
 MIN_PX_SPAN = 0.5  # px axis height when every run matches fp32 exactly
@@ -81,27 +87,6 @@ _MEMORY_TIPS = {"device peak": "peak allocated device memory (torch allocator)",
                 "": "not measured (no allocator stats and no telemetry)"}
 _PX_SOURCES = {"report": "from the report's accuracy block", "tracks": "mean px between this run's tracks and "
                "the fp32 run's", "baseline": "the fp32 baseline itself"}
-
-
-class _LogMsAxis(pg.AxisItem):
-    """A log-scale axis whose ticks read as plain milliseconds (20, 30) rather than 2·10¹."""
-
-    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:  # noqa: N802
-        if not self.logMode:
-            return super().tickStrings(values, scale, spacing)
-        return [f"{10 ** v:.3g}" for v in values]
-
-
-class _SortItem(QTableWidgetItem):
-    """A cell that sorts by a number (None last) instead of its text."""
-
-    def __lt__(self, other: QTableWidgetItem) -> bool:
-        a, b = self.data(SORT_ROLE), other.data(SORT_ROLE)
-        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-            return a < b
-        if isinstance(a, (int, float)) != isinstance(b, (int, float)):
-            return isinstance(a, (int, float))  # numbers before blanks
-        return self.text() < other.text()
 
 
 class TradeoffPanel(QWidget):
@@ -131,7 +116,7 @@ class TradeoffPanel(QWidget):
         self.table.setSortingEnabled(True)
         self.table.sortByColumn(COL["ms / run"], Qt.SortOrder.AscendingOrder)
 
-        self.plot = pg.PlotWidget(axisItems={"bottom": _LogMsAxis("bottom")})
+        self.plot = pg.PlotWidget(axisItems={"bottom": LogMsAxis("bottom")})
         self.plot.setBackground("w")
         self.plot.setLogMode(x=True, y=False)
         self.plot.showGrid(x=True, y=True, alpha=0.25)
@@ -262,7 +247,7 @@ class TradeoffPanel(QWidget):
         self.table.setRowCount(len(shown))
         for r, row in enumerate(shown):
             base = row.baseline
-            speed_tip = (f"over {base.label} ({_ms(base.ms)})" if base is not None
+            speed_tip = (f"over {base.label} ({fmt_ms(base.ms)})" if base is not None
                          else f"no fp32 run of {row.tracker} on {row.device} at these batch sizes to compare with")
             px_tip = _PX_SOURCES.get(row.px_source, "no fp32 run with tracks to compare with")
             cells = [
@@ -273,17 +258,17 @@ class TradeoffPanel(QWidget):
                  "the tracker has no precision setting"),
                 (row.points_per_batch_text or "—", row.points_per_batch, ""),
                 (row.frames_per_batch_text or "—", row.frames_per_batch, ""),
-                (_ms(row.ms), row.ms, f"{row.ms_basis} of {row.num_runs} run(s)" if row.ms_basis else ""),
-                (_fmt(row.frames_per_s, "{:.1f}"), row.frames_per_s, ""),
-                (_fmt(row.speedup, "{:.2f}x"), row.speedup, speed_tip),
-                (_bytes(row.peak_memory_bytes) + (" RSS" if row.memory_kind == MEMORY_PROCESS_RSS else ""),
+                (fmt_ms(row.ms), row.ms, f"{row.ms_basis} of {row.num_runs} run(s)" if row.ms_basis else ""),
+                (fmt(row.frames_per_s, "{:.1f}"), row.frames_per_s, ""),
+                (fmt(row.speedup, "{:.2f}x"), row.speedup, speed_tip),
+                (fmt_bytes(row.peak_memory_bytes) + (" RSS" if row.memory_kind == MEMORY_PROCESS_RSS else ""),
                  row.peak_memory_bytes, _MEMORY_TIPS[row.memory_kind if row.peak_memory_bytes is not None else ""]),
-                (_fmt(row.aj, "{:.3f}"), row.aj, "" if row.aj is not None else "no ground truth in this report"),
-                (_px(row.px_vs_fp32), row.px_vs_fp32, px_tip),
+                (fmt(row.aj, "{:.3f}"), row.aj, "" if row.aj is not None else "no ground truth in this report"),
+                (fmt_px(row.px_vs_fp32), row.px_vs_fp32, px_tip),
                 (str(row.num_runs), row.num_runs, ""),
             ]
             for c, (text, key, tip) in enumerate(cells):
-                item = _SortItem(text)
+                item = SortItem(text)
                 item.setData(SORT_ROLE, key)
                 item.setData(Qt.ItemDataRole.UserRole, r)
                 if tip:
@@ -356,7 +341,7 @@ class TradeoffPanel(QWidget):
             all_ms = [cast(float, r.ms) for rows in by_precision.values() for r in rows]
             all_y = [cast(float, r.aj if axis == "aj" else r.px_vs_fp32)
                      for rows in by_precision.values() for r in rows]
-            self.plot.getAxis("bottom").setTicks([_nice_ticks(min(all_ms), max(all_ms))])
+            self.plot.getAxis("bottom").setTicks([nice_ticks(min(all_ms), max(all_ms))])
             self._set_ranges(axis, all_ms, all_y)
             self._place_labels()
 
@@ -409,7 +394,7 @@ class TradeoffPanel(QWidget):
             for dx, dy in spots:
                 rect = (px + dx, py + dy, px + dx + tw, py + dy + th)
                 inside = rect[0] >= 0 and rect[1] >= 0 and rect[2] <= width and rect[3] <= height
-                if inside and not any(_overlap(rect, other) for other in taken):
+                if inside and not any(overlap(rect, other) for other in taken):
                     best = (dx, dy)
                     break
             left, top = px + best[0], py + best[1]
@@ -435,43 +420,3 @@ class TradeoffPanel(QWidget):
         x_lo = np.log10(min(all_ms) / TICK_MARGIN)
         x_hi = np.log10(max(all_ms) * TICK_MARGIN * LABEL_ROOM)
         self.plot.getViewBox().setRange(xRange=(x_lo, x_hi), yRange=(y_lo, y_hi), padding=0)
-
-
-def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
-    """Whether two (left, top, right, bottom) rectangles overlap."""
-    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
-
-
-def _nice_ticks(lo: float, hi: float) -> list[tuple[float, str]]:
-    """Ticks at 1-1.5-2-3-5-7 x 10^k (1-2-5 when that makes too many) around [lo, hi] ms, in log10 units."""
-    lo, hi = lo / TICK_MARGIN, hi * TICK_MARGIN
-    for steps in ((1, 1.5, 2, 3, 5, 7), (1, 2, 5), (1,)):
-        values = [m * 10.0 ** k for k in range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)
-                  for m in steps]
-        values = [v for v in values if lo <= v <= hi]
-        if len(values) <= MAX_TICKS:
-            break
-    return [(float(np.log10(v)), f"{v:g}") for v in values]
-
-
-def _ms(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1f} ms" if value >= 10 else f"{value:.2f} ms"
-
-
-def _px(value: float | None) -> str:
-    """Pixels to 3 significant digits: small divergences (0.0039 px) must not read as 0.00."""
-    return "—" if value is None else "0" if value == 0 else f"{value:.3g}"
-
-
-def _fmt(value: float | None, pattern: str) -> str:
-    return "—" if value is None else pattern.format(value)
-
-
-def _int(value: Any) -> str:
-    return "—" if value is None else str(value)
-
-
-def _bytes(value: float | None) -> str:
-    if value is None:
-        return "—"
-    return f"{value / GIB:.2f} GiB" if value >= GIB else f"{value / MIB:.0f} MiB"
