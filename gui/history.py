@@ -114,8 +114,8 @@ class HistoryEntry:
 
 
 def _settings(tunable: Iterable[str], configs: Iterable[RunConfig | Mapping[str, Any]]) -> dict[str, tuple]:
-    configs = [c.to_dict() if isinstance(c, RunConfig) else dict(c) for c in configs]
-    return {name: _distinct(c[name] for c in configs if name in c) for name in DEFAULT_TUNABLE if name in tunable}
+    fields = [c.to_dict() if isinstance(c, RunConfig) else dict(c) for c in configs]
+    return {name: _distinct(f[name] for f in fields if name in f) for name in DEFAULT_TUNABLE if name in tunable}
 
 
 def run_settings(tracker: Mapping[str, Any] | None, configs: Sequence[RunConfig | Mapping[str, Any]]) -> dict:

@@ -181,7 +181,12 @@ class AppState(QObject):
         num_frames = 0 if self.frames is None else len(self.frames)
         if run is not None and entry.video == video_name(self.video_path) and run.num_frames == num_frames:
             self.set_current(run, adopt_queries=True)
+        elif run is not None:
+            self.post_message(f"{entry.describe()} tracked {entry.video}: its tracks are not drawn on this video",
+                              f"open {entry.video} to see them", level="info")
         self.set_report(entry.report, entry.recorder, entry.analysis)
+        if entry.report is not None and entry.source != "run":  # an opened report: its charts replayed too
+            self.report_replayed.emit((entry.report, entry.source))
         self.selection_changed.emit()
         return True
 

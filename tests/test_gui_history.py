@@ -99,6 +99,7 @@ def test_every_report_of_a_bench_file_is_an_entry_and_each_can_be_shown(qtbot, s
     w.history_panel.show_button.click()
     assert w.state.report is entries[4].report and w.state.analysis.reports[0] is entries[4].report
     assert w.current is entries[4].run  # its tracks on the video
+    assert w.status_label.text() == f"Report: {entries[4].report.label}"  # its charts replayed
     assert any("int8" in (f.label or "") for f in w.state.analysis.findings)  # the file's findings stay
     w.close()
 
@@ -238,3 +239,68 @@ def test_replayed_cpu_report_says_it_is_a_replay(qtbot, settings, tmp_path):
     assert not w.charts.gpu and w.charts.mode_label.text().startswith("Replay")
     assert "not live" in w.charts.mode_label.text()
     w.close()
+
+
+# -- the history model on its own (Qt-free) ---------------------------------------------------------------------
+def _entry(history, video="a.mp4", shift=0.0, status="finished", points=2):
+    from gui.history import HistoryEntry
+
+    queries = np.array([[0, 4.0 + shift, 4.0], [0, 8.0, 8.0]], np.float32)[:points]
+    run = RunData("r", {}, queries, np.repeat(queries[:, None, 1:], NUM_FRAMES, axis=1),
+                  np.ones((points, NUM_FRAMES), bool))
+    return HistoryEntry(id=history.new_id(), video=video, tracker="corrtrack", settings={"precision": ("fp32",)},
+                        machine="CPU", status=status, source="run", run=run, num_frames=NUM_FRAMES)
+
+
+def test_history_is_bounded_and_ids_are_never_reused():
+    from gui.history import RunHistory
+
+    history = RunHistory(limit=3)
+    entries = [_entry(history) for _ in range(5)]
+    dropped = [d for e in entries for d in history.add(e)]
+    assert [e.id for e in history] == [3, 4, 5] and [d.id for d in dropped] == [1, 2]
+    assert history.get(1) is None and history.get(5) is entries[4]
+
+
+def test_comparable_entries_need_the_same_video_and_queries_within_report_rounding():
+    from gui.history import RunHistory, why_not_comparable
+
+    history = RunHistory()
+    a = _entry(history)
+    assert why_not_comparable(a, _entry(history, shift=0.004)) is None  # a report's 2-decimal rounding
+    assert "different query points" in why_not_comparable(a, _entry(history, shift=0.02))
+    assert "same video" in why_not_comparable(a, _entry(history, video="b.mp4"))
+    assert "different query points" in why_not_comparable(a, _entry(history, points=1))
+    assert "same entry" in why_not_comparable(a, a)
+
+
+def test_previous_match_skips_stopped_runs_and_other_videos():
+    from gui.history import RunHistory
+
+    history = RunHistory()
+    first, stopped, other, last = (_entry(history), _entry(history, status="stopped"),
+                                   _entry(history, video="b.mp4"), _entry(history))
+    for e in (first, stopped, other, last):
+        history.add(e)
+    assert history.previous_match(last) is first and history.previous_match(first) is None
+
+
+def test_titles_name_every_value_a_setting_took():
+    from gui.history import sized_title
+
+    assert sized_title("corrtrack", {"precision": ("fp32",), "points_per_batch": (64, 32),
+                                     "frames_per_batch": (16,)}) == "corrtrack fp32 p64→32 f16"
+    assert sized_title("lk", {}) == "lk"
+
+
+def test_state_forgets_an_ab_pick_that_left_the_history(qtbot):
+    from gui.state import AppState
+
+    state = AppState()
+    state.runs.limit = 2
+    first = _entry(state.runs)
+    state.add_entry(first, compare_previous=False)
+    state.ab["A"] = first.id
+    for _ in range(2):
+        state.add_entry(_entry(state.runs), compare_previous=False)
+    assert state.ab["A"] is None and len(state.runs) == 2

@@ -78,14 +78,18 @@ class HistoryPanel(QWidget):
         self.refresh()
 
     # -- reading ---------------------------------------------------------------------------------------
+    def _row_id(self, row: int) -> int:
+        item = self.table.item(row, 0)
+        return -1 if item is None else int(item.data(ID_ROLE))
+
     def entry_ids(self) -> list[int]:
         """The ids of the rows, top to bottom."""
-        return [int(self.table.item(r, 0).data(ID_ROLE)) for r in range(self.table.rowCount())]
+        return [self._row_id(r) for r in range(self.table.rowCount())]
 
     def picked(self) -> int | None:
         """The id of the row the user picked in the list, or None."""
         rows = self.table.selectionModel().selectedRows()
-        return None if not rows else int(self.table.item(rows[0].row(), 0).data(ID_ROLE))
+        return None if not rows else self._row_id(rows[0].row())
 
     def pick(self, entry_id: int) -> None:
         """Pick (highlight) the row of ``entry_id`` in the list."""
@@ -112,7 +116,8 @@ class HistoryPanel(QWidget):
         menu = QMenu(self)
         menu.addAction("Show", self.show_picked)
         for side in AB_SIDES:
-            menu.addAction(f"Set as {side}", lambda side=side: self.pick_as(side))
+            action = menu.addAction(f"Set as {side}")
+            action.triggered.connect(lambda _=False, side=side: self.pick_as(side))
         menu.exec(self.table.viewport().mapToGlobal(pos))
 
     # -- drawing ---------------------------------------------------------------------------------------
