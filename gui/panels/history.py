@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
@@ -30,6 +30,7 @@ COLUMNS = ("#", "A/B", "video", "tracker", "precision", "points/batch", "machine
 COL = {name: i for i, name in enumerate(COLUMNS)}
 ID_ROLE = Qt.ItemDataRole.UserRole
 SELECTED_MARK = "▶ "
+PREFERRED_SIZE = (480, 170)  # px: a few rows in a bottom dock; the video keeps the height
 
 
 class HistoryPanel(QWidget):
@@ -76,6 +77,9 @@ class HistoryPanel(QWidget):
         state.selection_changed.connect(self.refresh)
         state.ab_changed.connect(self.refresh)
         self.refresh()
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt name)
+        return QSize(*PREFERRED_SIZE)
 
     # -- reading ---------------------------------------------------------------------------------------
     def _row_id(self, row: int) -> int:
