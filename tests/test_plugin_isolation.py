@@ -150,3 +150,14 @@ def test_cli_plugin_exit_is_a_one_line_error(tmp_path):
     out = _cli("exits", tmp_path)
     assert out.returncode == 2, out.stderr[-2000:]  # before: exit code 3, the plugin's
     assert "sys.exit(3)" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_under_the_profiler_a_plugin_call_runs_in_the_callers_thread_and_an_exit_is_still_caught():
+    """A deep capture's profiler records only its own thread: the plugin's ops must run there."""
+    from torch.profiler import profile
+
+    with profile():
+        assert call_plugin("p", "here", threading.current_thread) is threading.current_thread()
+        with pytest.raises(TrackerError, match=r"sys.exit\(1\)"):
+            call_plugin("p", "here", lambda: sys.exit(1))
+    assert call_plugin("p", "here", threading.current_thread) is not threading.current_thread()

@@ -12,6 +12,9 @@ and waits for it in short slices:
   thread is left running (daemon, named, logged, listed by ``abandoned_threads``) and the caller gets
   :class:`PluginAbandoned` at once. A Stop therefore returns control whatever the plugin does.
 
+Under torch's profiler (a deep capture) the call runs in the caller's thread, where the profiler
+records: exits and interrupts are still caught, but a hang there cannot be abandoned.
+
 ``lingering_threads`` lists what a finished command leaves behind (non-daemon threads a plugin started,
 abandoned calls), so the CLI can say so and exit instead of waiting for them forever.
 """
@@ -23,7 +26,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import torch
 
 from engine.core.errors import TrackerError
 
@@ -88,6 +93,9 @@ def call_plugin(name: str, what: str, fn: Callable[[], T]) -> T:
         finally:
             finished.set()
 
+    if _profiling():  # torch's profiler records only the thread it runs in: a deep capture calls it here
+        target()
+        return _outcome(name, what, box)
     thread = threading.Thread(target=target, name=f"{THREAD_PREFIX} {name}", daemon=True)
     thread.start()
     stopped_at: float | None = None
@@ -107,13 +115,23 @@ def call_plugin(name: str, what: str, fn: Callable[[], T]) -> T:
                 f"(its thread {thread.name!r} is left running)",
                 "the plugin hangs: fix it or choose another tracker; restart to free what it holds")
     thread.join()
+    return _outcome(name, what, box)
+
+
+def _outcome(name: str, what: str, box: dict[str, object]) -> Any:
+    """The call's value, or its exception raised here (an exit or interrupt as a TrackerError)."""
     if "error" in box:
         exc = box["error"]
         assert isinstance(exc, BaseException)
         if isinstance(exc, Exception):
             raise exc
         raise _escaped(name, what, exc) from None
-    return box["value"]  # type: ignore[return-value]  # set by fn's return
+    return box["value"]
+
+
+def _profiling() -> bool:
+    """Whether torch's profiler is recording in this thread."""
+    return bool(torch._C._autograd._profiler_enabled())
 
 
 def abandoned_threads() -> list[threading.Thread]:

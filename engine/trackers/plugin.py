@@ -236,7 +236,11 @@ def wrap_plugin(name: str, factory: Any) -> Tracker:
                            "check the plugin's code, or choose another tracker") from exc
     if isinstance(plugin, Tracker):
         plugin.name = name
-        setattr(plugin, PLUGIN_MARK, True)  # the session runs it guarded, on its own copy of the frames
+        try:
+            setattr(plugin, PLUGIN_MARK, True)  # the session runs it guarded, on its own copy of the frames
+        except (AttributeError, TypeError) as exc:  # __slots__ or a frozen class
+            raise TrackerError(f"plugin tracker {name!r}: cannot mark it as a plugin: {exc}",
+                               "let the tracker's class accept an 'is_plugin' attribute") from exc
         return plugin
     if not callable(plugin):
         raise TrackerError(f"plugin tracker {name!r}: factory returned {type(plugin).__name__}, "
