@@ -152,11 +152,14 @@ def test_cli_plugin_exit_is_a_one_line_error(tmp_path):
     assert "sys.exit(3)" in out.stderr and "Traceback" not in out.stderr
 
 
-def test_under_the_profiler_a_plugin_call_runs_in_the_callers_thread_and_an_exit_is_still_caught():
-    """A deep capture's profiler records only its own thread: the plugin's ops must run there."""
+@pytest.mark.parametrize("instrument", ["profiler", "flop counter"])
+def test_under_instrumentation_a_plugin_call_runs_in_the_callers_thread_and_an_exit_is_still_caught(instrument):
+    """A deep capture's profiler and the cost counter's dispatch mode see only their own thread: the plugin's
+    ops must run there."""
     from torch.profiler import profile
+    from torch.utils.flop_counter import FlopCounterMode
 
-    with profile():
+    with profile() if instrument == "profiler" else FlopCounterMode(display=False):
         assert call_plugin("p", "here", threading.current_thread) is threading.current_thread()
         with pytest.raises(TrackerError, match=r"sys.exit\(1\)"):
             call_plugin("p", "here", lambda: sys.exit(1))

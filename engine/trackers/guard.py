@@ -12,8 +12,9 @@ and waits for it in short slices:
   thread is left running (daemon, named, logged, listed by ``abandoned_threads``) and the caller gets
   :class:`PluginAbandoned` at once. A Stop therefore returns control whatever the plugin does.
 
-Under torch's profiler (a deep capture) the call runs in the caller's thread, where the profiler
-records: exits and interrupts are still caught, but a hang there cannot be abandoned.
+Under torch's profiler (a deep capture) or a dispatch mode (the cost counter's pass) the call runs in the
+caller's thread, the only one they see: exits and interrupts are still caught, but a hang there cannot be
+abandoned.
 
 ``lingering_threads`` lists what a finished command leaves behind (non-daemon threads a plugin started,
 abandoned calls), so the CLI can say so and exit instead of waiting for them forever.
@@ -93,7 +94,7 @@ def call_plugin(name: str, what: str, fn: Callable[[], T]) -> T:
         finally:
             finished.set()
 
-    if _profiling():  # torch's profiler records only the thread it runs in: a deep capture calls it here
+    if _instrumented():  # the profiler and dispatch modes see only their own thread: the call runs here
         target()
         return _outcome(name, what, box)
     thread = threading.Thread(target=target, name=f"{THREAD_PREFIX} {name}", daemon=True)
@@ -129,9 +130,11 @@ def _outcome(name: str, what: str, box: dict[str, object]) -> Any:
     return box["value"]
 
 
-def _profiling() -> bool:
-    """Whether torch's profiler is recording in this thread."""
-    return bool(torch._C._autograd._profiler_enabled())
+def _instrumented() -> bool:
+    """Whether this thread runs under torch's profiler (a deep capture) or a dispatch or function mode (the
+    cost counter's FlopCounterMode): thread-local state a helper thread would not have."""
+    return bool(torch._C._autograd._profiler_enabled() or torch._C._len_torch_dispatch_stack()
+                or torch._C._len_torch_function_stack())
 
 
 def abandoned_threads() -> list[threading.Thread]:
