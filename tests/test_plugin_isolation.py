@@ -74,6 +74,13 @@ def _drive(session: Session) -> list:
     return events
 
 
+def test_plugin_exiting_while_imported_is_a_tracker_error(tmp_path, monkeypatch):
+    (tmp_path / "exits_on_import.py").write_text("import sys\nsys.exit(4)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(TrackerError, match=r"sys.exit\(4\) while being imported"):  # before: SystemExit escaped
+        load_tracker("exits_on_import:factory")
+
+
 @pytest.mark.parametrize("name, where", [("hangs", "while tracking points 0-1"),
                                          ("hangs_in_factory", "in its factory")])
 def test_cancel_abandons_a_hung_plugin_call_with_a_message(name, where):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import logging
 import os
 import sys
 import traceback
@@ -107,8 +108,9 @@ def exit_past_lingering_threads(code: int) -> None:
     if not left:
         return
     names = ", ".join(repr(t.name) for t in left)
-    print(f"trackscope: warning: {len(left)} thread(s) a plugin left are still running ({names}); "
-          "exiting without waiting for them", file=sys.stderr)
+    print(f"trackscope: warning: {len(left)} thread(s) still running after the command ({names}), most likely "
+          "a plugin's; exiting without waiting for them", file=sys.stderr)
+    logging.shutdown()  # what atexit would have flushed
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
