@@ -79,8 +79,8 @@ class GeneratorWorker(QObject):
             if isinstance(result, Iterator):
                 result = self._iterate(result)
             self.returned.emit(result)
-        except Exception as exc:  # reported on the GUI thread, never raised into the thread's void
-            self.errored.emit(exc)
+        except BaseException as exc:  # noqa: BLE001 - reported on the GUI thread, never raised into Qt: a
+            self.errored.emit(exc)  # SystemExit or KeyboardInterrupt out of the work must not end the app
         finally:
             self.done.emit()
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import logging
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -70,6 +72,7 @@ def _looks_like_command(word: str) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    own_command = argv is None  # the process's own command line, not a caller's main([...])
     argv = list(sys.argv[1:] if argv is None else argv)
     verbs = commands()
     first = argv[0] if argv else ""
@@ -90,6 +93,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"trackscope: cannot start {command or 'trackscope'}: {exc}", file=sys.stderr)
         return 1
     args = parser.parse_args(argv)
+    code = _run(args)
+    if own_command:  # threads a plugin left cannot hold the process (a caller's own threads are its own)
+        exit_past_lingering_threads(code)
+    return code
+
+
+def exit_past_lingering_threads(code: int) -> None:
+    """When threads a plugin left (non-daemon, or abandoned calls) are still running: name them, flush and
+    end the process with ``code`` now instead of waiting for them forever. Returns when there are none."""
+    from engine.trackers.guard import lingering_threads
+
+    left = lingering_threads()
+    if not left:
+        return
+    names = ", ".join(repr(t.name) for t in left)
+    print(f"trackscope: warning: {len(left)} thread(s) still running after the command ({names}), most likely "
+          "a plugin's; exiting without waiting for them", file=sys.stderr)
+    logging.shutdown()  # what atexit would have flushed
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed (a reader that left): nothing more to write
+            pass
+    os._exit(code)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command; its exit code (errors printed as one line, internal ones with the traceback)."""
     try:
         return int(args._module.run(args) or 0)
     except UserError as exc:
