@@ -13,6 +13,7 @@ Time is seconds since ``origin`` (a ``time.perf_counter()`` value, the clock of 
 from __future__ import annotations
 
 import bisect
+import math
 import time
 from typing import Any
 
@@ -39,6 +40,8 @@ LABEL_ROOM_ROOFLINE = 2.1
 COLD_CLIP_RATIO = 3.0
 WARM_HEADROOM = 1.6  # the stage axis then reaches this factor above the tallest warm batch
 TIME_PLOT_MIN_PX = 90  # the charts scroll rather than squeeze a plot below this
+#: the time plots' left axes (one width, so their time axes line up): a 6-digit tick and its rotated unit label
+TIME_AXIS_PX = 64
 STAGE_PLOT_MIN_PX = 170  # the stage bars need more height than a telemetry curve
 BREAKDOWN_ROW_PX = 20  # height per stage in the breakdown
 BREAKDOWN_EXTRA_PX = 60  # title and axis of the breakdown
@@ -138,7 +141,7 @@ class ChartsPanel(QWidget):
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)  # narrower than the plots
         scroll.setWidget(self.glw)
         layout.addWidget(scroll, 1)
 
@@ -205,7 +208,7 @@ class ChartsPanel(QWidget):
         # no grid: translucent grid lines across six plots cost more to paint than all the curves
         if title != STAGE_PLOT_TITLE:  # the stage plot's colours are named by the breakdown below it
             p.addLegend(offset=(-5, 2), labelTextSize="8pt", verSpacing=-8, brush=(255, 255, 255, 200))
-        p.getAxis("left").setWidth(48)
+        p.getAxis("left").setWidth(TIME_AXIS_PX)
         p.setMinimumHeight(TIME_PLOT_MIN_PX)
         _unlink_hidden_axes(p)
         if row:
@@ -572,6 +575,13 @@ class ChartsPanel(QWidget):
         shown = sum(p.isVisible() for p in (self.util, self.bw, self.mem, self.clock, self.power))
         self.glw.setMinimumHeight(shown * TIME_PLOT_MIN_PX + STAGE_PLOT_MIN_PX + int(self.breakdown.minimumHeight())
                                   + 20)
+        self._fit_width()
+
+    def _fit_width(self) -> None:
+        """The plots' narrowest layout (their titles, axes) as the charts' minimum width: in a narrower dock
+        they scroll sideways instead of being cut off at the right edge."""
+        needed = self.glw.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).width()
+        self.glw.setMinimumWidth(int(math.ceil(needed)) + 4)
 
     def _draw_breakdown(self) -> None:
         self._breakdown_due = None
@@ -665,5 +675,6 @@ class ChartsPanel(QWidget):
         self.set_breakdown(typical or self.stage_totals(last_run=False), cost)
         self.breakdown.setTitle("Per-stage breakdown of a typical run (ms)" if typical else
                                 "Per-stage breakdown, all runs (ms)")
+        self._fit_width()
         xs = [b[0] for b in self._batches] + (list(tel.t) if tel is not None and tel.t.size else [0.0])
         self.util.setXRange(min(0.0, min(xs)), max(xs) or 1.0, padding=0.02)
