@@ -110,3 +110,14 @@ def test_fp16_on_the_cpu_gives_its_reason_once(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("fp16 on the CPU is refused") == 1, err
+
+
+def test_a_precision_the_device_refuses_falls_back_to_fp32_saying_why(qtbot):
+    """`--precision fp16` (or a saved fp16) on the CPU: fp32 selected, the gate's reason shown; not a disabled
+    mode selected that fails at Run."""
+    toggles = TogglesPanel(RunConfig(tracker="lk", device="cpu", precision="fp16"))
+    qtbot.addWidget(toggles)
+    assert toggles.config().precision == "fp32" and toggles.precision.currentText() == "fp32"
+    assert "fp16 on the CPU" in toggles.gate_note.text() and "fp32 selected instead" in toggles.gate_note.text()
+    toggles.precision.setCurrentText("bf16")  # the user's next choice clears the note
+    assert toggles.gate_note.text() == ""

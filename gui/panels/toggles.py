@@ -60,6 +60,7 @@ class TogglesPanel(QWidget):
         form.addRow(self.gate_note)
 
         self._current = RunConfig()
+        self._fallback_note = ""  # why the precision shown is not the one asked for
         self.set_config(config or RunConfig())
         self.tracker.currentTextChanged.connect(lambda v: self._changed("tracker", v.strip()))
         self.tracker.currentTextChanged.connect(self._show_tracker_name)
@@ -88,8 +89,15 @@ class TogglesPanel(QWidget):
             self._current = config
             self._update_gates(config.device)
             self.precision.setCurrentText(config.precision)
+            self._fallback_note = ""
+            if self.precision.currentText() != config.precision or not self.is_enabled(config.precision):
+                # a mode this device cannot run (fp16 on the CPU, from a setting or --precision): fp32, saying why
+                reason = self.gate_reason(config.precision) or config.precision
+                self._fallback_note = f"{reason} (fp32 selected instead)"
+                self.precision.setCurrentText("fp32")
             self._current = config.with_changes(points_per_batch=self.points.value(),  # as the spin boxes hold
-                                                frames_per_batch=self.frames.value())  # them, within range
+                                                frames_per_batch=self.frames.value(),  # them, within range
+                                                precision=self.precision.currentText())
             self._show_gate_note()
             self._show_tracker_name(self.tracker.currentText())
         finally:
@@ -135,7 +143,7 @@ class TogglesPanel(QWidget):
         return i >= 0 and model.item(i).isEnabled()
 
     def _show_gate_note(self) -> None:
-        reason = self.gate_reason(self._current.precision)
+        reason = self._fallback_note or self.gate_reason(self._current.precision)
         self.gate_note.setText(reason)
         self.gate_note.setVisible(bool(reason))
 
@@ -149,5 +157,6 @@ class TogglesPanel(QWidget):
         if new == self._current:
             return
         self._current = new
+        self._fallback_note = ""
         self._show_gate_note()
         self.config_changed.emit({key: value})
