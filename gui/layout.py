@@ -18,7 +18,7 @@ SCREEN_SHARE = 0.9  # a first start on a smaller screen takes this share of its 
 DEFAULT_DOCK_PX = {"run_dock": 230, "charts_dock": 520}
 #: below these sizes a dock's contents cannot be read: such a restored dock is not kept (px)
 MIN_DOCK_PX = {"run_dock": 180, "charts_dock": 280}
-MIN_OTHER_DOCK_PX = 150
+MIN_OTHER_DOCK_PX = 80  # a dock another part of the app adds: only an unreadable sliver is dropped
 MIN_CENTRAL_PX = 320  # the video needs at least this width between the docks
 MIN_ON_SCREEN_PX = 100  # a floating dock must show at least this much of itself on some screen
 
