@@ -31,13 +31,14 @@ from gui.controllers.exports import ExportController
 from gui.controllers.files import FileController
 from gui.controllers.runs import RunActions
 from gui.history import HistoryEntry, video_name
+from gui.layout import WindowLayout
 from gui.model import RunData, report_title
 from gui.panels.ab_view import ABView
 from gui.panels.capture_panel import CapturePanel
 from gui.panels.diagnosis import DiagnosisPanel
 from gui.panels.history import HistoryPanel
 from gui.panels.queue import PanelQueue
-from gui.panels.run_panel import DEFAULT_GRID, RunPanel
+from gui.panels.run_panel import RunPanel
 from gui.panels.tradeoff import TradeoffPanel
 from gui.settings import Settings
 from gui.state import AppState, Comparison, Message
@@ -47,8 +48,6 @@ from gui.widgets.text import plain_label
 from gui.widgets.video_view import VideoView
 
 MESSAGE_MS = 10_000  # how long a problem stays in the status bar
-DEFAULT_SIZE = (1500, 900)
-DOCK_WIDTHS = (230, 520)  # run dock, charts dock, px
 FPS_DECIMALS = 2
 
 
@@ -70,7 +69,10 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("trackscope")
         self.setAcceptDrops(True)
         self.settings = settings or Settings()
-        self.state = AppState(config or self.settings.config(), self)
+        notes: list[str] = []
+        if config is None:
+            config, notes = self.settings.checked_config()
+        self.state = AppState(config, self)
         self._closing = False
         self.sampler: Any = None
         self._build_central()
@@ -92,6 +94,8 @@ class MainWindow(QMainWindow):
         self._restore_layout()
         self.sampler = self._make_sampler() if sampler == "auto" else sampler
         self.charts.attach_sampler(self.sampler)
+        if notes:
+            self.show_message("; ".join(notes), level="warning")
         app = QApplication.instance()
         if app is not None:
             app.aboutToQuit.connect(self.shutdown)
@@ -127,7 +131,7 @@ class MainWindow(QMainWindow):
         return panel
 
     def _build_run_dock(self, config: RunConfig) -> None:
-        self.run_panel = RunPanel(config, int(self.settings.value("grid", DEFAULT_GRID)))
+        self.run_panel = RunPanel(config, self.settings.grid())
         p = self.run_panel
         self.toggles, self.run_button, self.stop_button = p.toggles, p.run_button, p.stop_button
         self.loop_box, self.grid_spin, self.run_label = p.loop_box, p.grid_spin, p.run_label
@@ -142,7 +146,6 @@ class MainWindow(QMainWindow):
         self.charts_dock.setObjectName("charts_dock")
         self.charts_dock.setWidget(self.charts)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.charts_dock)
-        self.resizeDocks([self.run_dock, self.charts_dock], list(DOCK_WIDTHS), Qt.Orientation.Horizontal)
 
     def _build_history_dock(self) -> None:
         self.history_panel = HistoryPanel(self.state)
@@ -219,6 +222,7 @@ class MainWindow(QMainWindow):
         view.addAction(self.run_dock.toggleViewAction())
         view.addAction(self.charts_dock.toggleViewAction())
         view.addAction(self.history_dock.toggleViewAction())
+        self._action(view, "Reset &layout", self.reset_layout)
 
     def _action(self, menu: QMenu, text: str, slot: Callable[..., Any], shortcut: Any = None) -> QAction:
         action = QAction(text, self)
@@ -246,13 +250,15 @@ class MainWindow(QMainWindow):
             return None
 
     def _restore_layout(self) -> None:
-        geometry, state = self.settings.geometry(), self.settings.state()
-        if geometry is not None:
-            self.restoreGeometry(geometry)
-        else:
-            self.resize(*DEFAULT_SIZE)
-        if state is not None:
-            self.restoreState(state)
+        """The saved geometry clamped to this screen, the saved docks if they fit (gui.layout)."""
+        self.layout_keeper = WindowLayout(self)  # after every dock is built: its defaults are Reset layout's
+        note = self.layout_keeper.restore(self.settings.geometry(), self.settings.state())
+        if note is not None:
+            self.statusBar().showMessage(note, MESSAGE_MS)
+
+    def reset_layout(self) -> None:
+        """View > Reset layout: every dock back where it was built, the window sized to its screen."""
+        self.layout_keeper.reset()
 
     # -- showing the state ----------------------------------------------------------------------------------
     def _show_video(self) -> None:

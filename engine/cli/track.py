@@ -14,6 +14,7 @@ from engine.cli.common import (
     config_from_args,
 )
 from engine.core.errors import UserError
+from engine.core.precision import gate
 from engine.io.geometry import VideoGeometry
 from engine.io.trackio import grid_queries, read_queries_csv, save_tracks
 from engine.run.session import BatchDone, Failed, Finished, Session, Started
@@ -83,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
                   f"({info['width']}x{info['height']})", file=sys.stderr)
             if event.device_note:
                 print(f"trackscope track: note: {event.device_note}", file=sys.stderr)
-            if event.precision_gate:
+            # a mode the device refuses fails next, its error giving the same reason: say it once
+            if event.precision_gate and gate(config.precision, event.device).runnable:
                 print(f"trackscope track: warning: {event.precision_gate}", file=sys.stderr)
         elif isinstance(event, BatchDone):
             progress.update(event.stop, f"{event.wall_ms:.0f} ms")

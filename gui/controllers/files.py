@@ -138,7 +138,16 @@ class FileController(QObject):
         """A queries CSV, in source pixels as the app keeps queries (the view places frames in them)."""
         if self.state.frames is None:
             raise UserError(f"{path}: open a video before its queries")
-        return read_queries_csv(path)
+        queries = read_queries_csv(path)
+        num_frames, (width, height) = len(self.state.frames), self.state.geometry.source_size
+        t = queries[:, 0]
+        outside = np.flatnonzero((t < 0) | (t > num_frames - 1) | ~self.state.geometry.contains_source(queries[:, 1:]))
+        if outside.size:  # refused now, not only at Run
+            i = int(outside[0])
+            raise UserError(f"{path}: query {i} (t={t[i]:g}, x={queries[i, 1]:g}, y={queries[i, 2]:g}) lies outside "
+                            f"the video ({num_frames} frames of {width}x{height}); {outside.size} of {len(queries)} "
+                            "queries do", "queries are t,x,y in the video's own pixels, frames from 0")
+        return queries
 
     def open_report(self, path: str | Path) -> None:
         """Replay a run report (of a bench file: the first with tracks): tracks, video, stage and telemetry
