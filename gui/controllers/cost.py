@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from PySide6.QtCore import QObject, QThread
+from PySide6.QtCore import QObject, QThread, Signal
 
 from engine.api import Analysis, Report, UserError, analyse, with_counted_work
 from gui.worker import GeneratorWorker, WorkerHandle, start_worker
@@ -45,6 +45,8 @@ def count_report(report: Report, device: str = COUNT_DEVICE) -> Counted:
 
 class CostController(QObject):
     """Answers a DiagnosisPanel's ``count_requested`` by counting in a worker; ``shutdown`` joins it."""
+
+    answered = Signal(object)  # a Counted, after the panel was given it
 
     def __init__(self, panel: Any, is_running: Callable[[], bool] = lambda: False,
                  device: str = COUNT_DEVICE) -> None:
@@ -85,6 +87,7 @@ class CostController(QObject):
             self.panel.set_counted(result.original, result.counted, result.analysis)
         else:
             self.panel.set_count_failed(result.original, result.error or "unknown error")
+        self.answered.emit(result)
 
     def _forget_job(self) -> None:
         if self._job is not None and not self._job.running:
@@ -94,7 +97,6 @@ class CostController(QObject):
     def shutdown(self) -> None:
         """Drop waiting requests and wait for a count in progress (a torch pass cannot be interrupted)."""
         self._waiting = None
-        if self._job is not None:
-            self._job.join()
+        if self._job is not None and self._job.join():  # one still running is kept, never deleted under it
             self._job.delete_later()
             self._job = None
