@@ -13,10 +13,12 @@ trackers whose work does not branch on the data (CorrTrack, LK's pyramids); quer
 when it kept its tracks, else the same number spread over the first frame.
 
 Counting on another device than the run's changes what some ops run in: fp16 is refused on the CPU,
-so an fp16 run is counted under bf16 (same element size) and its stages labelled fp16; a quantised
-mode's unquantised ops run in fp32 there (bf16/fp16 autocast on a GPU), so their bytes are an upper
-bound. ``with_counted_work`` records these facts in the report's ``extra["work_counted"]`` and the
-what-if lists them among its assumptions.
+so an fp16 run is counted under bf16 (same element size) and its stages labelled fp16; CPU autocast
+casts other ops than CUDA autocast (CorrTrack bf16: refine's bytes 26 % fewer counted on the CPU than
+on the H200; its FLOPs, and the fp32 compute stages' FLOPs and bytes, within 0.3 %); a quantised mode's
+unquantised ops run in fp32 there (bf16/fp16 autocast on a GPU), so their bytes are an upper bound;
+host-device copies move nothing. ``with_counted_work`` records these facts in the report's
+``extra["work_counted"]`` and the what-if lists them among its assumptions.
 """
 
 from __future__ import annotations
@@ -138,6 +140,13 @@ def count_work(report: Report, device: str = "cpu", frames: np.ndarray | None = 
         counted = CPU_STAND_IN[counted]
         notes.append(f"{config.precision} is refused on the CPU: counted under {counted} (same element size), "
                      f"its stages labelled {config.precision}")
+    if resolved == "cpu" and report.is_gpu:
+        notes.append(f"counted on the CPU for a run on {report.device_name}: host-device copies (upload, "
+                     "download) move no bytes there")
+    if resolved == "cpu" and counted in ("bf16", "fp16") and report.is_gpu:
+        notes.append(f"CPU autocast casts other ops than CUDA autocast does: a {config.precision} stage's bytes "
+                     "may differ from the GPU's (CorrTrack bf16: refine counted 26 % fewer on the CPU than on "
+                     "the H200), which can move a stage across the latency line")
     if resolved == "cpu" and counted in ("int8", "fp8") and report.is_gpu:
         notes.append(f"{counted} counted on the CPU: its unquantised ops ran in fp32 there (bf16/fp16 on a GPU), "
                      "so their bytes are an upper bound, and int8 GEMMs there are fp32 GEMMs of int8 values")
