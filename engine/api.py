@@ -81,7 +81,7 @@ from engine.capture.timeline import Lane, Markers, TimelineData, load_timeline
 from engine.workflows.deep import DeepCapture, deep_capture
 
 # -- the cost model counted on demand (a report without one: a live run's, a track --report file) -------------
-from engine.workflows.count import CountedWork, count_work, with_counted_work
+from engine.workflows.count import CountedWork, CountProcess, count_work, with_counted_work
 from engine.analysis.tradeoff import accuracy_axis as tradeoff_accuracy_axis
 # isort: on
 
@@ -143,7 +143,7 @@ def run_title(config: RunConfig | Mapping[str, Any], tracker: Mapping[str, Any] 
 
 
 __all__ = [
-    "CountedWork", "count_work", "with_counted_work", "whatif_mode_label",
+    "CountedWork", "CountProcess", "count_work", "with_counted_work", "whatif_mode_label",
     "CaptureSummary", "DeepCapture", "Lane", "Markers", "TimelineData", "deep_capture", "diagnose_capture",
     "forward_body", "load_timeline",
     "BASELINE_PRECISION", "BUILTIN_STAGES", "DEFAULT_TUNABLE", "GIB", "LK_STAGES", "MEMORY_DEVICE_PEAK", "MIB",

@@ -167,3 +167,18 @@ def test_fp8_on_a_card_without_fp8_says_which_path_it_takes():
     bf16_stages = [r for r in result["stages"].values() if r["precision"] == "bf16"]
     assert bf16_stages and all(r["target_path"] == "fp16 instead" for r in bf16_stages)  # fp16 autocast there
     assert project(fp8, "H100 SXM")["mode_path"] == "tensor"  # a card with fp8 units: no detour
+
+
+def test_the_child_process_counts_and_gives_its_reason_in_one_line():
+    """The app's path: the report goes to `python -m engine.workflows.count` as JSON and comes back counted."""
+    from engine.workflows.count import CountProcess
+
+    report = recorded()
+    missing = dataclasses.replace(report, config=report.config.with_changes(tracker="no_such_module:factory"))
+    with pytest.raises(UserError, match="^cannot rebuild tracker 'no_such_module:factory'"):
+        CountProcess().run(missing)
+    stopped = CountProcess()
+    stopped.stop()
+    with pytest.raises(UserError, match="stopped"):
+        stopped.run(report)
+    assert CountProcess().run(with_counted_work(report)).work  # one with work is returned as it is, no child

@@ -17,12 +17,28 @@ from tests.test_count_work import recorded  # noqa: E402
 COUNT_TIMEOUT_MS = 120_000
 
 
+class InThreadCount:
+    """The child process's work done in the worker thread itself: the same counting, no process start-up
+    (the window test below takes the real child-process path)."""
+
+    def __init__(self, device: str):
+        self.device = device
+
+    def run(self, report):
+        from engine.workflows.count import with_counted_work
+
+        return with_counted_work(report, device=self.device)
+
+    def stop(self) -> None:
+        pass
+
+
 @pytest.fixture
 def counting_panel(qtbot):
     cost.clear_cache()
     panel = DiagnosisPanel()
     qtbot.addWidget(panel)
-    controller = CostController(panel)
+    controller = CostController(panel, process=InThreadCount)
     controller.requests = []  # every count the panel asked for
     panel.count_requested.connect(controller.requests.append)
     yield panel, controller
@@ -76,7 +92,8 @@ def test_without_a_controller_the_panel_says_there_is_no_cost_model(qtbot):
 
 
 def test_a_live_run_in_the_window_gets_its_whatif(qtbot, tmp_path):
-    """A run made in the app (no cost model recorded): the Diagnosis tab counts it, then projects it."""
+    """A run made in the app (no cost model recorded): the Diagnosis tab counts it in a child process (as
+    the app does), then projects it."""
     from PySide6.QtCore import QSettings
 
     from engine.core.config import RunConfig

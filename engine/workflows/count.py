@@ -185,3 +185,103 @@ def with_counted_work(report: Report, device: str = "cpu", frames: np.ndarray | 
     counted = count_work(report, device=device, frames=frames)
     return dataclasses.replace(report, work=counted.work, extra={**report.extra, COUNTED_KEY: counted.provenance()})
 
+
+
+# -- in a child process ------------------------------------------------------------------------------------
+#: how the child process names itself on stderr; the parent takes the line after it as the reason
+CHILD_PREFIX = "trackscope count: error: "
+#: how long a child may count before it is stopped, s (a counted pass is one run of the tracker)
+CHILD_TIMEOUT_S = 600.0
+
+
+class CountProcess:
+    """Counts a report's work in a child Python process (``python -m engine.workflows.count``).
+
+    Why a process: under the counter's dispatch mode every torch op is called from Python and holds the
+    GIL for its whole duration, so a count in a thread of the app froze its event loop for as long as
+    the longest op (measured: 0.45 s on CorrTrack's backbone on 2 CPU cores, seconds on a large video).
+    A child process leaves the app's interpreter alone, can be stopped at once, and a plugin that crashes
+    the interpreter takes only the child down. The report travels as JSON files, never pickled.
+    """
+
+    def __init__(self, device: str = "cpu", timeout_s: float = CHILD_TIMEOUT_S):
+        self.device = device
+        self.timeout_s = timeout_s
+        self._proc: Any = None
+        self._stopped = False
+
+    def stop(self) -> None:
+        """Stop the child if it is running (thread-safe: the app calls it on shutdown)."""
+        self._stopped = True
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+
+    def run(self, report: Report) -> Report:
+        """``report`` with its work counted in the child (as it is when it has some); UserError on failure."""
+        import subprocess
+        import sys
+        import tempfile
+
+        from engine.report.files import load_report, save
+
+        if report.work:
+            return report
+        with tempfile.TemporaryDirectory(prefix="trackscope-count-") as folder:
+            source, target = Path(folder) / "report.json", Path(folder) / "counted.json"
+            save(report, source)
+            if self._stopped:
+                raise UserError("counting the cost model was stopped")
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "engine.workflows.count", str(source), str(target), "--device", self.device],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            try:
+                _, err = self._proc.communicate(timeout=self.timeout_s)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.communicate()
+                raise UserError(f"counting the cost model took over {self.timeout_s:.0f} s and was stopped",
+                                "count it with trackscope compare REPORT --what-if GPU") from None
+            code = self._proc.returncode
+            if code != 0:
+                raise UserError(_child_reason(err, code, self._stopped))
+            counted = load_report(target)
+        return dataclasses.replace(counted, tracks=report.tracks)  # the same run, its arrays as they were
+
+
+def _child_reason(stderr: str, code: int, stopped: bool) -> str:
+    """The one-line reason a child gave, else what is known."""
+    if stopped:
+        return "counting the cost model was stopped"
+    for line in reversed(stderr.splitlines()):
+        if line.startswith(CHILD_PREFIX):
+            return line.removeprefix(CHILD_PREFIX)
+    last = next((x for x in reversed(stderr.splitlines()) if x.strip()), "")
+    return f"the counting process ended with code {code}" + (f": {last.strip()}" if last else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m engine.workflows.count REPORT.json OUT.json [--device D]``: the child's side."""
+    import argparse
+    import sys
+
+    from engine.report.files import load_report, save
+
+    parser = argparse.ArgumentParser(prog="python -m engine.workflows.count")
+    parser.add_argument("report")
+    parser.add_argument("out")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+    try:
+        save(with_counted_work(load_report(args.report), device=args.device), args.out)
+    except UserError as exc:
+        print(f"{CHILD_PREFIX}{exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - a tracker's own failure: one line for the app
+        print(f"{CHILD_PREFIX}{type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
