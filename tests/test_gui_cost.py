@@ -116,3 +116,15 @@ def test_a_live_run_in_the_window_gets_its_whatif(qtbot, tmp_path):
     assert "counted on demand" in w.diagnosis.assumptions.text()
     w.close()
     assert not w.cost.busy
+
+
+def test_the_unstaged_row_shows_the_time_it_keeps(qtbot):
+    """Was: the (unstaged) row read '—' while the run's 8.26 ms outside every stage was kept in the total."""
+    from tests.test_count_work import unstaged_report
+
+    panel = DiagnosisPanel()
+    qtbot.addWidget(panel)
+    panel.set_report(unstaged_report())
+    table = panel.whatif_table
+    row = next(r for r in range(table.rowCount()) if table.item(r, 0).text() == "(unstaged)")
+    assert table.item(row, 3).text() == "8.3" and table.item(row, 4).text() == "8.3"

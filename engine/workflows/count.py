@@ -219,6 +219,7 @@ class CountProcess:
 
     def run(self, report: Report) -> Report:
         """``report`` with its work counted in the child (as it is when it has some); UserError on failure."""
+        import os
         import subprocess
         import sys
         import tempfile
@@ -232,9 +233,11 @@ class CountProcess:
             save(report, source)
             if self._stopped:
                 raise UserError("counting the cost model was stopped")
+            # the child imports what this process can: the same module search path (a plugin's folder too)
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "engine.workflows.count", str(source), str(target), "--device", self.device],
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
             try:
                 _, err = self._proc.communicate(timeout=self.timeout_s)
             except subprocess.TimeoutExpired:
