@@ -10,7 +10,7 @@ pytest.importorskip("pytestqt")
 
 from engine.analysis import cost  # noqa: E402
 from gui.controllers.cost import COUNT_THREAD_NAME, CostController  # noqa: E402
-from gui.panels.diagnosis import COUNTING, NO_COST, DiagnosisPanel  # noqa: E402
+from gui.panels.diagnosis import COUNT_WAITING, COUNTING, NO_COST, DiagnosisPanel  # noqa: E402
 from tests.test_count_work import recorded  # noqa: E402
 
 #: generous: the counted pass is a real (small) CPU run; the test never depends on how fast it is
@@ -128,3 +128,22 @@ def test_the_unstaged_row_shows_the_time_it_keeps(qtbot):
     table = panel.whatif_table
     row = next(r for r in range(table.rowCount()) if table.item(r, 0).text() == "(unstaged)")
     assert table.item(row, 3).text() == "8.3" and table.item(row, 4).text() == "8.3"
+
+
+def test_counting_waits_for_a_tracking_run_to_end(qtbot):
+    """A counted pass on the same cores would skew the run's timings: it starts once the run has ended."""
+    cost.clear_cache()
+    running = [True]
+    panel = DiagnosisPanel()
+    qtbot.addWidget(panel)
+    controller = CostController(panel, is_running=lambda: running[0], process=InThreadCount)
+    try:
+        panel.set_report(recorded())
+        assert not controller.busy and panel.whatif_summary.text() == COUNT_WAITING
+        running[0] = False
+        controller.resume()  # the window calls it when a run ends
+        assert panel.whatif_summary.text() == COUNTING
+        qtbot.waitUntil(lambda: panel.projection is not None, timeout=COUNT_TIMEOUT_MS)
+    finally:
+        controller.shutdown()
+        cost.clear_cache()

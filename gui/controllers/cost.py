@@ -84,9 +84,13 @@ class CostController(QObject):
 
     def resume(self) -> None:
         """Start the waiting count if nothing is in the way (call it when a run ends)."""
-        if self._waiting is None or self.busy or self._is_running():
+        if self._waiting is None or self.busy:
+            return
+        if self._is_running():
+            self.panel.set_count_waiting(self._waiting)
             return
         report, self._waiting = self._waiting, None
+        self.panel.set_count_started(report)
         self._forget_job()
 
         def connect(worker: GeneratorWorker, thread: QThread) -> None:

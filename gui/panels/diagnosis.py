@@ -56,6 +56,7 @@ NO_COST = ("no cost model in this report: trackscope bench records one (unless -
            "trackscope compare REPORT --what-if GPU counts one")
 COUNTING = "counting the cost model… (one pass of the tracker on the CPU, in the background)"
 COUNT_FAILED = "the cost model could not be counted: {}"
+COUNT_WAITING = "the cost model is counted when the tracking run ends (a counted pass would skew its timings)"
 #: the title prefix of a finding the report recorded that today's rules no longer give
 RECORDED_PREFIX = "recorded: "
 WHATIF_COLUMNS = ("stage", "bound", "precision on target", "observed ms", "projected ms", "× observed")
@@ -126,7 +127,7 @@ class DiagnosisPanel(QWidget):
         self.analysis: Analysis | None = None
         self.projection: dict[str, Any] | None = None
         self.counts_on_demand = False  # a counting controller is attached (it sets this)
-        self.count_state = ""  # "" | "counting" | "failed" for the shown report
+        self.count_state = ""  # "" | "counting" | "waiting" | "failed" for the shown report
         self._count_error = ""
 
         self.header = rich_label(NO_REPORT)
@@ -214,6 +215,18 @@ class DiagnosisPanel(QWidget):
         self.report, self.analysis, self.count_state = counted, analysis, ""
         self._fill_findings()  # the roofline rules see the counted work too
         self._update_whatif()
+
+    def set_count_waiting(self, original: Report) -> None:
+        """Counting ``original`` waits for the tracking run in progress to end."""
+        if self.report is original and self.count_state == "counting":
+            self.count_state = "waiting"
+            self._update_whatif()
+
+    def set_count_started(self, original: Report) -> None:
+        """Counting ``original`` has started (after waiting for a run, it says "counting" again)."""
+        if self.report is original and self.count_state == "waiting":
+            self.count_state = "counting"
+            self._update_whatif()
 
     def set_count_failed(self, original: Report, message: str) -> None:
         """Counting the cost model of ``original`` failed: say why in the what-if box (never a dialog)."""
@@ -355,6 +368,8 @@ class DiagnosisPanel(QWidget):
             self._clear_whatif(COUNT_FAILED.format(self._count_error))
         elif not self.counts_on_demand or self.report is None:
             self._clear_whatif(NO_COST)
+        elif self.count_state == "waiting":
+            self._clear_whatif(COUNT_WAITING)
         else:
             self._clear_whatif(COUNTING)
             if self.count_state != "counting":
