@@ -59,6 +59,7 @@ from engine.analysis.accuracy import run_accuracy
 from engine.analysis.facts import Finding
 from engine.analysis.roofline import Cost, StageRoofline
 from engine.analysis.whatif import project
+from engine.analysis.whatif import mode_label as whatif_mode_label
 from engine.analysis.compare import compare_reports
 from engine.analysis.metrics import Divergence, divergence, tapvid_metrics
 from engine.analysis.tradeoff import (
@@ -81,6 +82,9 @@ from engine.capture import CaptureSummary, diagnose_capture
 from engine.capture.attribution import forward_body
 from engine.capture.timeline import Lane, Markers, TimelineData, load_timeline
 from engine.workflows.deep import DeepCapture, deep_capture
+
+# -- the cost model counted on demand (a report without one: a live run's, a track --report file) -------------
+from engine.workflows.count import CountedWork, CountProcess, count_work, with_counted_work
 from engine.analysis.tradeoff import accuracy_axis as tradeoff_accuracy_axis
 # isort: on
 
@@ -142,6 +146,7 @@ def run_title(config: RunConfig | Mapping[str, Any], tracker: Mapping[str, Any] 
 
 
 __all__ = [
+    "CountedWork", "CountProcess", "count_work", "with_counted_work", "whatif_mode_label",
     "CaptureSummary", "DeepCapture", "Lane", "Markers", "TimelineData", "deep_capture", "diagnose_capture",
     "forward_body", "load_timeline",
     "BASELINE_PRECISION", "BUILTIN_STAGES", "DEFAULT_TUNABLE", "GIB", "LK_STAGES", "MEMORY_DEVICE_PEAK", "MIB",

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from engine.api import Report, RunConfig, TelemetrySampler, UserError
 from gui.controllers.capture import CaptureController
+from gui.controllers.cost import CostController
 from gui.controllers.exports import ExportController
 from gui.controllers.files import FileController
 from gui.controllers.runs import RunActions
@@ -88,6 +89,10 @@ class MainWindow(QMainWindow):
                                         lambda: (self.view.fps, self.view.trail))
         self.capture = CaptureController(self.state, is_running=lambda: self.runs.running,
                                          config=self.toggles.config)
+        self.cost = (CostController(self.diagnosis, is_running=lambda: self.runs.running)
+                     if self.diagnosis is not None else None)  # what-if for any run: counts in a worker
+        if self.cost is not None:
+            self.controller.running_changed.connect(self.cost.resume)
         self.state.set_config(self.toggles.config(), announce=False)  # what the toggles show (gated modes off)
         self._connect()
         self._build_menus()
@@ -445,6 +450,8 @@ class MainWindow(QMainWindow):
         self.controller.shutdown()
         self.exports.shutdown()
         self.capture.shutdown()
+        if self.cost is not None:
+            self.cost.shutdown()
         if self.capture_panel is not None:
             self.capture_panel.shutdown()
         self.view.stop_timers()

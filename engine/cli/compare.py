@@ -1,9 +1,14 @@
-"""`trackscope compare A.json B.json [--what-if GPU]`: two reports stage by stage, or a projection."""
+"""`trackscope compare A.json B.json [--what-if GPU]`: two reports stage by stage, or a projection.
+
+A report without a cost model (a live run's, a ``track --report`` file) has it counted on demand for
+the what-if: its tracker rebuilt and run once on ``--count-device`` (engine.workflows.count).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,17 +38,29 @@ def _select(spec: str) -> Report:
     return matches[0]
 
 
+def _note(text: str) -> None:
+    print(f"trackscope compare: {text}", file=sys.stderr)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("reports", nargs="+", metavar="REPORT",
                         help="report JSON files (A and B); FILE#N picks report N of a bench file")
     parser.add_argument("--what-if", metavar="GPU", dest="what_if",
                         help="project each report onto this GPU from the spec table (e.g. 'Tesla T4')")
+    parser.add_argument("--count-device", default="cpu", metavar="DEVICE",
+                        help="where the what-if counts the cost model of a report that has none (one pass of "
+                             "its tracker; default: cpu)")
     parser.add_argument("--json", metavar="PATH", help="also write the comparison (or projection) as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     reports = [_select(s) for s in args.reports]
     if args.what_if:
+        from engine.analysis.whatif import target_spec
+        from engine.workflows.count import with_counted_work
+
+        target_spec(args.what_if)  # an unknown GPU fails before any counting
+        reports = [with_counted_work(r, device=args.count_device, log=_note) for r in reports]
         results = [project(r, args.what_if) for r in reports]
         print("\n\n".join(format_projection(r) for r in results))
         payload: Any = results if len(results) > 1 else results[0]
