@@ -160,4 +160,10 @@ def run(args: argparse.Namespace) -> int:
                 QTimer.singleShot(300, shoot)
 
         QTimer.singleShot(0, start)
-    return int(app.exec())
+    code = int(app.exec())
+    if window.controller.abandoned:  # a batch outlived close's wait: Qt would abort destroying its thread
+        print("trackscope: a tracker batch was still running at exit; it was left behind", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

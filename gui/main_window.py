@@ -447,7 +447,7 @@ class MainWindow(QMainWindow):
         if self._closing:
             return
         self._closing = True
-        self.controller.shutdown()
+        self.controller.close()
         self.exports.shutdown()
         self.capture.shutdown()
         if self.cost is not None:

@@ -93,3 +93,25 @@ def test_worker_reports_system_exit_from_its_work_instead_of_raising(qtbot):
     worker.handled()
     worker.run()  # the loop body, on this thread: a SystemExit here would end the test process
     assert len(errors) == 1 and isinstance(errors[0], SystemExit)
+
+
+def test_close_during_a_batch_that_does_not_return_leaves_it_behind_instead_of_waiting(qtbot, tmp_path, monkeypatch):
+    """A batch run in the worker thread itself (a built-in tracker, or a plugin under instrumentation) that
+    does not return: close waits CLOSE_WAIT_MS, not SHUTDOWN_WAIT_MS, and keeps the thread until it ends."""
+    from engine.trackers import guard
+    from gui import worker
+
+    monkeypatch.setattr(guard, "_instrumented", lambda: True)  # the call runs in the worker's own thread
+    waits = []
+    join = worker.WorkerHandle.join
+    monkeypatch.setattr(worker.WorkerHandle, "join", lambda self, wait_ms=worker.SHUTDOWN_WAIT_MS:
+                        waits.append(wait_ms) or join(self, wait_ms))
+    w = _window(qtbot, tmp_path, "hangs")
+    assert w.start_run()
+    qtbot.waitUntil(misbehaving.ENTERED.is_set, timeout=WAIT_MS)
+    thread = w.controller._thread
+    w.close()  # before: a 10 s wait, then the same abandonment
+    assert waits == [worker.CLOSE_WAIT_MS] and worker.CLOSE_WAIT_MS <= 2000
+    assert w.controller.abandoned == 1 and not thread.isFinished()  # kept, never destroyed while running
+    misbehaving.RELEASE.set()
+    qtbot.waitUntil(lambda: w.controller.abandoned == 0, timeout=WAIT_MS)
