@@ -1,8 +1,8 @@
 """Atomic file writes: a temp file in the target's folder, fsynced, then renamed over the target.
 
-Every writer of user-visible output should go through here (tracks files do; report saving in
-``engine/report/files.py`` and trace export in ``engine/capture/export.py`` still have their own copies
-and should switch to ``atomic_open`` / ``atomic_path``). The previous file survives any error, Ctrl-C
+Every writer of user-visible output goes through here: tracks files, reports and bench files
+(``engine/report/files.py``), capture traces (``engine/capture/export.py``), videos (``write_video``),
+``compare --json`` and the app's PNG exports. The previous file survives any error, Ctrl-C
 or SIGTERM during the write, and the temp file is removed; only SIGKILL or a power cut can leave a
 hidden ``.NAME.*.tmp.SUFFIX`` file behind (never the target half-written). The result gets the mode a
 plain ``open()`` would give it (0o666 minus the umask), not mkstemp's 0600.
