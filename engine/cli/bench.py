@@ -9,6 +9,7 @@ from pathlib import Path
 from engine.cli.common import add_tracker_arguments, check_output_folder, check_output_path
 from engine.core.config import RunConfig
 from engine.core.errors import UserError
+from engine.run.device_memory import ELEMENT_BYTES, check_run_device_memory
 from engine.workflows.bench import (
     BENCH_FILE,
     DEFAULT_FRAMES_PER_BATCH,
@@ -68,6 +69,15 @@ def run(args: argparse.Namespace) -> int:
     data = load_input(args)
     bench = Bench(data, args.tracker, args.device, timing=not args.no_timing, telemetry=not args.no_telemetry,
                   cost=not args.no_cost, deep=args.deep, trace_dir=args.out)
+    try:  # the largest configuration, before any runs (a CUDA device only)
+        num_frames, height, width = data.frames.shape[:3]
+        check_run_device_memory(bench.tracker, bench.device, str(data.info.get("path")), num_frames=num_frames,
+                                width=width, height=height, num_queries=len(data.queries),
+                                points_per_batch=max(points), frames_per_batch=max(frames),
+                                precision=max(precisions, key=lambda p: ELEMENT_BYTES.get(p, 4)))
+    except BaseException:
+        bench.close()
+        raise
     writer = None
     if writer_out is not None:
         writer = BenchWriter(writer_out, bench, planned_configurations(precisions, points, frames))

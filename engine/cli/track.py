@@ -37,7 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from engine.core.devices import resolve_device
     from engine.io.video import open_video
+    from engine.run.device_memory import check_run_device_memory
     from engine.run.memory import check_host_memory, estimate_host_bytes
     from engine.trackers import load_tracker
 
@@ -63,6 +65,10 @@ def run(args: argparse.Namespace) -> int:
     info["num_frames"] = len(frames)
     check_host_memory(estimate_host_bytes(len(frames), width, height, len(queries), config.tracker),
                       str(args.video), frames_held=True)
+    check_run_device_memory(config.tracker, resolve_device(config.device), str(args.video),
+                            num_frames=len(frames), width=width, height=height, num_queries=len(queries),
+                            points_per_batch=config.points_per_batch, frames_per_batch=config.frames_per_batch,
+                            precision=config.precision)
     for w in info["warnings"]:
         print(f"trackscope track: warning: {w}", file=sys.stderr)
     # --deep captures more runs of the same tracker instance: its modules are the capture's roots
