@@ -98,8 +98,9 @@ def export_video(path: str | Path, frames: np.ndarray, run: RunData, fps: float,
 
 def export_png(path: str | Path, widget: QWidget) -> Path:
     """A screenshot of ``widget`` (the window or one chart)."""
-    path = Path(path)
-    path = check_output_path(path if path.suffix else path.with_suffix(".png"), "")
+    path = check_output_path(path, "")  # a folder is refused as given, not turned into FOLDER.png
+    if not path.suffix:
+        path = check_output_path(path.with_suffix(".png"), "")
     image = widget.grab()
     try:
         with atomic_path(path) as tmp:
