@@ -207,3 +207,21 @@ def test_report_write_refused_by_the_disk_is_a_user_error(tmp_path, monkeypatch)
     with pytest.raises(UserError) as err:
         save({"a": 1}, tmp_path / "r.json")
     assert str(err.value).startswith(f"{tmp_path / 'r.json'}: cannot write the report: No space left on device")
+
+
+def test_track_deep_trace_path_is_checked_before_the_run(tmp_path, capsys, monkeypatch, video):
+    (tmp_path / "run.trace.json.gz").mkdir()  # where the trace would go is a folder
+    monkeypatch.setattr("engine.io.video.open_video", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
+    code = main(["track", str(video), "--grid", "2", "--out", str(tmp_path / "t.npz"), "--report",
+                 str(tmp_path / "run.json"), "--deep", "--tracker", "lk"])
+    assert code == 2
+    assert "--deep trace" in _one_line(capsys.readouterr().err)
+
+
+def test_train_out_that_is_a_file_is_refused_before_training(tmp_path, capsys, monkeypatch):
+    import engine.cli.train as train_cli
+
+    monkeypatch.setattr(train_cli, "train", lambda args: (_ for _ in ()).throw(AssertionError("trained")))
+    (tmp_path / "ckpt").write_text("a file")
+    assert main(["train", "--out", str(tmp_path / "ckpt"), "--steps", "1"]) == 2
+    assert "exists and is not a folder" in _one_line(capsys.readouterr().err)

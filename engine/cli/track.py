@@ -47,7 +47,12 @@ def run(args: argparse.Namespace) -> int:
     check_output_path(args.out, "--out", (".npz", ".csv"))  # before any work: exit 2 with the reason
     if args.report is not None:
         check_output_path(args.report, "--report")
-    check_distinct_outputs(("--out", args.out), ("--report", args.report))
+    trace = None
+    if args.deep:  # the capture's trace goes beside the report (or the tracks): checked now, not after the runs
+        from engine.workflows.deep import trace_path_for
+
+        trace = check_output_path(trace_path_for(args.report or args.out), "--deep trace")
+    check_distinct_outputs(("--out", args.out), ("--report", args.report), ("--deep trace", trace))
     if args.max_frames is not None and args.max_frames < 1:
         raise UserError(f"--max-frames must be at least 1, got {args.max_frames}")
     queries = read_queries_csv(args.queries) if args.queries is not None else None
