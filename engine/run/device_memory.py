@@ -4,24 +4,31 @@ The estimate adds up the network's big tensors (shapes from engine/trackers/corr
 
     e  = bytes per element of the compute dtype: 4 for fp32/tf32 (and int8/fp8, whose float ops stay
          in float), 2 for fp16/bf16
-    T  = frames, N = points per batch (at most the query count), F = frames per batch (backbone chunk)
+    T  = frames, N = points per batch (at most the query count), F = frames per batch (backbone chunk),
+    H x W the decoded frame size
 
     kept for the whole run
-      weights   P x 4  (+ P x e: autocast's cast copies)                     P = parameter count
-      video     T x H x W x 3                                                (uint8 upload)
-      features  T x 64 x 64 x C x e                                          (C = feature_dim = 64)
-      grey      T x 256 x 256 x 4                                            (NCC polish on)
+      weights    P x 4  (+ P x e: autocast's cast copies)                    P = parameter count
+      video      T x H x W x 3                                               (uint8 upload)
+      features   T x 64 x 64 x C x e                                         (C = feature_dim = 64)
+      grey       T x 256 x 256 x 4                                           (NCC polish on)
     the larger of
-      backbone  F x BACKBONE_ELEMENTS_PER_FRAME x 4                          (float32 input, activations)
-      batch     N x T x (PYRAMID_CELLS x e + TRACK_WORK_BYTES_PER_POINT_FRAME)
-                PYRAMID_CELLS = 64^2 + 32^2 + 16^2: the correlation pyramid [N, T, s, s]; the rest is
-                init_head's softmax over 32^2 cells and refine's windows, hidden state and MLP
+      backbone   F x (2 x H x W x 3 x 4 + BACKBONE_BYTES_PER_FRAME[e])
+                 (two float32 copies of each frame at its own size before the resize to 256, then the
+                 network's activations and convolution workspaces at 256 x 256)
+      batch      N x T x (PYRAMID_CELLS x e + TRACK_WORK_BYTES_PER_POINT_FRAME)
+                 PYRAMID_CELLS = 64^2 + 32^2 + 16^2: the correlation pyramid [N, T, s, s]; the rest is
+                 init_head's softmax over 32^2 cells and refine's windows, hidden state and MLP
+    plus
+      workspace  WORKSPACE_BYTES[e] (cuBLAS/cuDNN workspaces, CUDA graph pools)
 
-The batch term dominates: 1024 points x 1500 frames in fp32 is about 50 GiB. CUDA graphs keep a pool per
-captured shape on top (DEVICE_HEADROOM covers the allocator's rounding and the CUDA context). The formula
-is checked against live tensor bytes measured on the CPU (tests/test_device_memory.py). When the run is
-on a CUDA device, ``check_device_memory`` compares the estimate with ``torch.cuda.mem_get_info`` and
-refuses with the points per batch or the frame count that would fit.
+The batch term dominates long runs: 1024 points x 1500 frames in fp32 is about 50 GiB. The batch term's
+tensors are checked against live tensor bytes measured on the CPU (tests/test_device_memory.py); the
+backbone and workspace constants are fitted to the allocator's peak on an H200 over 144 run shapes
+(tests/data/h200/device_memory.json, scripts/device_memory.py): the estimate is never below the measured
+peak there, 1.09-1.63x above it for runs over 4 GiB. When the run is on a CUDA device,
+``check_device_memory`` compares the estimate with ``torch.cuda.mem_get_info`` and refuses with the points
+per batch or the frame count that would fit.
 """
 
 from __future__ import annotations
@@ -37,8 +44,13 @@ PYRAMID_CELLS = 64 * 64 + 32 * 32 + 16 * 16
 #: 32x32 level (3 x 1024 x 4), refine's 3 x 49 window cells, hidden [.., 128] with its LayerNorm and
 #: 2x MLP, positions and logits (measured on the CPU: tests/test_device_memory.py)
 TRACK_WORK_BYTES_PER_POINT_FRAME = 3 * 1024 * 4 + 3 * 49 * 4 + 6 * 128 * 4
-#: float32 elements per frame the backbone holds at its peak (input 3x256^2, stem 32x128^2 twice, stride-4 maps)
-BACKBONE_ELEMENTS_PER_FRAME = 3 * 256 * 256 + 2 * 32 * 128 * 128 + 2 * 64 * 64 * 64
+#: float32 copies of a frame at its decoded size that the backbone's input step holds (uint8 -> float, /255)
+SOURCE_FLOAT_COPIES = 2
+#: device bytes per frame of the backbone at 256 x 256 by element size (fitted on the H200: fp32's
+#: convolutions take larger workspaces than the activations alone, about 7 MB a frame on the CPU)
+BACKBONE_BYTES_PER_FRAME = {4: 20 * 2**20, 2: 4 * 2**20}
+#: fixed device bytes by element size: cuBLAS/cuDNN workspaces and CUDA graph pools (fitted on the H200)
+WORKSPACE_BYTES = {4: 384 * 2**20, 2: 256 * 2**20}
 FEATURE_CELLS = 64 * 64
 GREY_BYTES_PER_FRAME = 256 * 256 * 4
 #: bytes per element of the compute dtype per precision mode
@@ -55,7 +67,7 @@ CORRTRACK_NAMES = ("corrtrack", "corrtrack-nopolish")
 class DeviceEstimate:
     """Device bytes one CorrTrack run needs, by part."""
 
-    kept_bytes: int  # weights, video, features, grey frames: for the whole run
+    kept_bytes: int  # weights, video, features, grey frames (for the whole run) and the fixed workspace
     backbone_bytes: int  # one chunk of frames through the backbone
     batch_bytes: int  # one batch of points through the cost volume and refinement
     per_point_bytes: int  # batch bytes per point (for "how many points per batch fit")
@@ -76,10 +88,12 @@ def estimate_corrtrack_device_bytes(num_frames: int, width: int, height: int, nu
     t = max(0, int(num_frames))
     n = max(0, min(int(points_per_batch), int(num_queries)))
     weights = parameters * 4 + (parameters * e if e < 4 else 0)
-    kept = (weights + t * int(width) * int(height) * 3 + t * FEATURE_CELLS * feature_dim * e
-            + (t * GREY_BYTES_PER_FRAME if polish else 0))
+    pixels = int(width) * int(height)
+    kept = (weights + t * pixels * 3 + t * FEATURE_CELLS * feature_dim * e
+            + (t * GREY_BYTES_PER_FRAME if polish else 0) + WORKSPACE_BYTES[4 if e >= 4 else 2])
     per_point = t * (PYRAMID_CELLS * e + TRACK_WORK_BYTES_PER_POINT_FRAME)
-    backbone = min(max(1, int(frames_per_batch)), max(t, 1)) * BACKBONE_ELEMENTS_PER_FRAME * 4
+    chunk = min(max(1, int(frames_per_batch)), max(t, 1))
+    backbone = chunk * (SOURCE_FLOAT_COPIES * pixels * 3 * 4 + BACKBONE_BYTES_PER_FRAME[4 if e >= 4 else 2])
     return DeviceEstimate(kept, backbone, n * per_point, per_point, t)
 
 
