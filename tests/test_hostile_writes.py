@@ -308,3 +308,14 @@ def test_bench_keeps_its_finished_configurations_on_a_signal(tmp_path, sig, code
     assert [r.label for r in kept.reports] == ["lk fp32 p1 f16"] and kept.extra["complete"] is False
     assert "Traceback" not in err
     assert _temp_files(out) == []
+
+
+def test_atomic_write_never_replaces_a_device_or_a_folder(tmp_path):
+    """Renaming over /dev/full as root would swap the device for a file: refused before any temp file."""
+    import stat as stat_module
+
+    for target in (Path("/dev/full"), tmp_path):
+        with pytest.raises(OSError, match="exists and is"), atomic_open(target / "" if target == tmp_path else target):
+            pass
+    assert stat_module.S_ISCHR(os.stat("/dev/full").st_mode)
+    assert list(tmp_path.iterdir()) == []
