@@ -17,6 +17,8 @@ import torch
 # (grouped by topic, not alphabetically)
 # -- errors -------------------------------------------------------------------------------------------------
 from engine.core.errors import QueryError, ReportError, TrackerError, UserError, VideoError
+from engine.core.outputs import check_output_path
+from engine.core.atomic import atomic_path
 
 # -- run configuration, precision modes and their hardware gates, devices ---------------------------------------
 from engine.core.config import PRECISIONS, RunConfig
@@ -29,7 +31,7 @@ from engine.core.units import GIB, MIB, format_bytes, format_ms, ms_value
 
 # -- video, queries and tracks files -----------------------------------------------------------------------------
 from engine.io.geometry import VideoGeometry
-from engine.io.video import VIDEO_EXTENSIONS, open_video, write_video
+from engine.io.video import VIDEO_EXTENSIONS, WRITER_FOURCC, open_video, write_video
 from engine.io.trackio import grid_queries, load_ground_truth, load_tracks, read_queries_csv, save_tracks
 
 # -- trackers and their stages ----------------------------------------------------------------------------------
@@ -92,6 +94,8 @@ from engine.analysis.tradeoff import accuracy_axis as tradeoff_accuracy_axis
 DEFAULT_TUNABLE = ("precision", "points_per_batch", "frames_per_batch")
 #: how each tunable field reads in a run title
 _TITLE_PARTS = {"precision": "{}", "points_per_batch": "p{}", "frames_per_batch": "f{}"}
+#: the file names write_video can write (the overlaid-video export checks its path against them first)
+VIDEO_WRITE_SUFFIXES = tuple(WRITER_FOURCC)
 
 
 def device_choices() -> list[str]:
@@ -151,7 +155,8 @@ __all__ = [
     "forward_body", "load_timeline",
     "BASELINE_PRECISION", "BUILTIN_STAGES", "DEFAULT_TUNABLE", "GIB", "LK_STAGES", "MEMORY_DEVICE_PEAK", "MIB",
     "MEMORY_PROCESS_RSS", "PRECISIONS", "PRECISION_UNUSED",
-    "SAMPLER_THREAD_NAME", "SAMPLE_VIDEO", "VIDEO_EXTENSIONS",
+    "SAMPLER_THREAD_NAME", "SAMPLE_VIDEO", "VIDEO_EXTENSIONS", "VIDEO_WRITE_SUFFIXES", "atomic_path",
+    "check_output_path",
     "Accuracy", "Analysis", "BatchDone", "BenchFile", "Cost", "DeviceGates", "Divergence", "Failed", "Finding",
     "Finished", "Gate", "PreparedVideo", "QueryError", "RecordedFinding", "Report", "ReportError", "ReportVideo",
     "RingBuffers", "RunConfig", "RunContext", "RunRecorder", "Session", "StageRoofline", "Started",

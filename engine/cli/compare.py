@@ -14,7 +14,9 @@ from typing import Any
 
 from engine.analysis.compare import compare_reports, format_compare
 from engine.analysis.whatif import format_projection, project
+from engine.core.atomic import atomic_open
 from engine.core.errors import ReportError, UserError
+from engine.core.outputs import check_output_path, write_error
 from engine.report.files import load_reports
 from engine.report.schema import Report
 
@@ -54,6 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.json:
+        check_output_path(Path(args.json), "--json")  # before reading anything: exit 2 with the reason
     reports = [_select(s) for s in args.reports]
     if args.what_if:
         from engine.analysis.whatif import target_spec
@@ -71,5 +75,9 @@ def run(args: argparse.Namespace) -> int:
         payload = compare_reports(reports[0], reports[1])
         print(format_compare(payload))
     if args.json:
-        Path(args.json).write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
+        try:
+            with atomic_open(Path(args.json), "w", encoding="utf-8") as fh:
+                fh.write(json.dumps(payload, indent=1, default=str))
+        except OSError as exc:
+            raise write_error(args.json, "comparison", exc) from exc
     return 0

@@ -1,6 +1,8 @@
 """`trackscope ...`: the command line. `trackscope` alone opens the GUI.
 
-Exit codes: 0 success, 2 bad usage or bad input (one-line reason on stderr), 1 internal error.
+Exit codes: 0 success, 2 bad usage or bad input (one-line reason on stderr), 1 internal error, 130 Ctrl-C.
+The host running out of memory (MemoryError) and a write the disk refuses (full, read-only, a size
+limit) are exit 2 with one line, never a traceback.
 Subcommands owned by other modules expose ``add_arguments(parser)`` and ``run(args) -> int``.
 Verbs owned outside the engine (the app's ``gui``) are found through the ``trackscope.commands``
 entry point group (pyproject.toml), so the engine names no app module.
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import NoReturn, Sequence
 
 from engine.core.errors import UserError
+from engine.core.outputs import is_write_error
 
 #: subcommand -> (module, one-line help); each module has add_arguments(parser) and run(args)
 SUBCOMMANDS = {
@@ -36,6 +39,8 @@ ENTRY_POINT_GROUP = "trackscope.commands"
 DEFAULT_VERB = "gui"
 #: help lines of the verbs the engine expects from entry points (the module itself is not named here)
 ENTRY_POINT_HELP = {DEFAULT_VERB: "open the desktop app (on a video or a report to replay)"}
+#: what to do when the host runs out of memory
+MEMORY_HINT = "track fewer frames (--max-frames N), a shorter clip, or fewer points"
 
 
 def commands() -> dict[str, tuple[str, str]]:
@@ -132,10 +137,24 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("trackscope: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:  # host out of memory: the estimate (engine.run.memory) missed it; no traceback
+        print(f"trackscope {args.command}: error: the host ran out of memory ({MEMORY_HINT})", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if not is_write_error(exc):
+            return _internal()
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"trackscope {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
     except Exception:
-        traceback.print_exc()
-        print("trackscope: internal error (a bug: please report it with the traceback above)", file=sys.stderr)
-        return 1
+        return _internal()
+
+
+def _internal() -> int:
+    """Print the traceback of the exception being handled; exit 1 (a bug)."""
+    traceback.print_exc()
+    print("trackscope: internal error (a bug: please report it with the traceback above)", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":
