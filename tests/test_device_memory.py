@@ -88,7 +88,7 @@ def test_refusal_suggests_points_per_batch_that_fit():
         check_device_memory(est, "long.mp4", free=16 * GIB, points_per_batch=1024)
     assert str(err.value).startswith("long.mp4: the run needs about ")
     fit = int((16 * GIB * DEVICE_HEADROOM - est.kept_bytes) // est.per_point_bytes)
-    assert f"--points-per-batch {fit} " in err.value.suggestion
+    assert f"use {fit} points per batch or fewer (--points-per-batch {fit})" in err.value.suggestion
     small = estimate_corrtrack_device_bytes(1500, 1280, 720, 1024, fit, 16)
     check_device_memory(small, "long.mp4", free=16 * GIB, points_per_batch=fit)
 
@@ -116,3 +116,22 @@ def test_track_refuses_before_the_run_when_the_device_is_short(tmp_path, monkeyp
     err = capsys.readouterr().err
     assert code == 2 and not ran, err
     assert "of device memory" in err and "Traceback" not in err
+
+
+def test_a_session_refuses_a_run_the_device_cannot_hold_before_any_work(monkeypatch):
+    """The app's runs go through the session: it checks the estimate against the free device memory."""
+    from engine.core.config import RunConfig
+    from engine.run import device_memory
+    from engine.run.events import Failed, Started
+    from engine.run.session import Session
+    from tests.helpers import moving_square_video
+
+    monkeypatch.setattr(device_memory, "free_device_bytes", lambda device: 64 * 2**20)  # a nearly full card
+    frames = moving_square_video(8, 64)
+    queries = np.array([[0, 10.0, 10.0], [0, 20.0, 20.0]], np.float32)
+    events = list(Session(frames, queries, RunConfig(tracker="corrtrack", device="cpu")).events())
+    assert not any(isinstance(e, Started) for e in events)
+    failed = events[-1]
+    assert isinstance(failed, Failed) and failed.kind == "input"
+    assert "of device memory" in failed.message and "only 0.06 GiB is free" in failed.message
+    assert failed.suggestion and "frames" in failed.suggestion

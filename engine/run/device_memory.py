@@ -114,7 +114,8 @@ def estimate_for_tracker(tracker: Any, num_frames: int, width: int, height: int,
 
 
 def free_device_bytes(device: Any) -> int | None:
-    """Free memory on a CUDA device (torch.cuda.mem_get_info), or None off CUDA or when it cannot say."""
+    """Free memory on a CUDA device, or None off CUDA or when it cannot say: what the driver reports free
+    (torch.cuda.mem_get_info) plus what torch's caching allocator holds reserved but unused (it reuses that first)."""
     try:
         import torch
 
@@ -122,7 +123,8 @@ def free_device_bytes(device: Any) -> int | None:
         if dev.type != "cuda" or not torch.cuda.is_available():
             return None
         free, _total = torch.cuda.mem_get_info(dev)
-        return int(free)
+        cached = torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev)
+        return int(free) + max(0, int(cached))
     except Exception:  # no driver, a lost device: the run itself will say
         return None
 
@@ -142,7 +144,8 @@ def check_device_memory(estimate: DeviceEstimate | None, what: str, free: int | 
     room = budget - estimate.kept_bytes
     fit_points = int(room // estimate.per_point_bytes) if estimate.per_point_bytes > 0 and room > 0 else 0
     if fit_points >= 1:
-        hint = f"use --points-per-batch {min(fit_points, points_per_batch)} or fewer, or track fewer frames"
+        fit = min(fit_points, points_per_batch)
+        hint = f"use {fit} points per batch or fewer (--points-per-batch {fit}), or track fewer frames"
     else:
         per_frame = (estimate.total_bytes / max(1, estimate.num_frames))
         frames = max(1, int(budget // per_frame)) if per_frame > 0 else 1

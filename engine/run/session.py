@@ -34,6 +34,7 @@ from engine.core.errors import OutOfMemory, QueryError, TrackerError, UserError,
 from engine.core.precision import QUANT_MODES, gate, precision_context
 from engine.core.stages import StageTimer
 from engine.io.geometry import VideoGeometry
+from engine.run.device_memory import check_run_device_memory
 from engine.run.events import BatchDone, Event, Failed, Finished, Started
 from engine.run.warm import PROCESS_WARM, WarmCache
 from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult
@@ -208,6 +209,11 @@ class Session:
         device, note = _device_for(tracker, device, config.device)
         recipe = _quant_recipe(tracker, config.precision, device)
         n = len(self.queries)
+        # before any work on the device (the app's runs; the CLI checked once already, before decoding)
+        check_run_device_memory(tracker, device, "this run", num_frames=num_frames, width=geometry.source_width,
+                                height=geometry.source_height, num_queries=n,
+                                points_per_batch=config.points_per_batch,
+                                frames_per_batch=config.frames_per_batch, precision=config.precision)
         self.video_info.update({**geometry.to_dict(), "num_frames": num_frames,
                                 "width": geometry.source_width, "height": geometry.source_height})
         run = _Run(
