@@ -350,6 +350,14 @@ def test_charts_breakdown_names_stages_and_replay_clips_cold_run(qtbot):
     assert all(not t.startswith(("backbone", "refine")) for t in texts)  # values only: names are on the axis
     assert charts.stage_plot.viewRange()[1][1] < 50  # scaled to the warm batches, not the 290 ms cold one
     assert "cold run: 290 ms" in charts._cold_label.textItem.toPlainText()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # before: "Item already added to PlotItem" on the second replay
+        charts.show_report(as_report({"format": "trackscope-report", "version": 2, "environment": {}, "config": {},
+                                      "totals": {}, "stages": ["backbone", "refine"], "runs": runs,
+                                      "telemetry": None}))
+    assert charts.stage_plot.items.count(charts._cold_label) == 1
 
 
 def test_queries_csv_lands_on_shrunk_frames(qtbot, settings, tmp_path):

@@ -602,7 +602,7 @@ class ChartsPanel(QWidget):
         start, height = max(cold, key=lambda c: c[1])
         self._cold_label.setText(f"cold run: {height:.0f} ms (clipped)\nwarm batches: {np.median(warm):.1f} ms")
         self._cold_label.setPos(start, self._stage_top)
-        if self._cold_label.scene() is None:
+        if self._cold_label not in self.stage_plot.items:
             self.stage_plot.addItem(self._cold_label, ignoreBounds=True)
         self._marker_items.append(self._cold_label)  # removed with the runs
 
@@ -624,7 +624,10 @@ class ChartsPanel(QWidget):
     def clear_runs(self) -> None:
         """Forget batches and markers (a new video)."""
         for item in self._marker_items:
-            item.getViewBox() and item.getViewBox().removeItem(item)
+            if item in self.stage_plot.items:  # added through the plot (the cold label): the plot forgets it too
+                self.stage_plot.removeItem(item)
+            elif item.getViewBox() is not None:
+                item.getViewBox().removeItem(item)
         self._marker_items = []
         self._markers = []
         self._batches = []
