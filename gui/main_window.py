@@ -310,6 +310,8 @@ class MainWindow(QMainWindow):
     def _history_on_new_video(self) -> None:
         """Another video: the previous one's problem leaves the banner; the trade-offs show the new one's rows."""
         self.banner.hide()
+        if self.ab_view is not None:  # its runs tracked the previous video
+            self.panels.call(self.ab_view, self.ab_view.clear)
         if self.tradeoff is not None:
             self.panels.call(self.tradeoff, self.tradeoff.set_video, video_name(self.state.video_path))
 

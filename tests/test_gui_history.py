@@ -224,6 +224,16 @@ def test_opening_another_video_clears_the_old_banner_label_and_diagnosis(qtbot, 
     assert window.state.selected is None
 
 
+def test_opening_another_video_clears_the_ab_comparison(qtbot, window):
+    run_once(qtbot, window)
+    run_once(qtbot, window)  # the second run is compared with the first
+    window.tabs.setCurrentWidget(window.ab_view)  # panels apply queued calls when shown
+    assert window.ab_view.run_a is not None and window.ab_view.table.rowCount() > 0
+    window.set_video(moving_square_video(NUM_FRAMES, 48), fps=10.0, path="next.mp4")
+    assert window.ab_view.run_a is None and window.ab_view.run_b is None  # before: the old video's runs stayed
+    assert window.ab_view.table.rowCount() == 0 and window.ab_view.summary.text() == "no runs to compare"
+
+
 def test_replayed_cpu_report_says_it_is_a_replay(qtbot, settings, tmp_path):
     recorder = RunRecorder()
     queries = np.array([[0, 8.0, 12.0]], np.float32)

@@ -239,6 +239,22 @@ class ABView(QWidget):
         self._update_slider()
         self._draw()
 
+    def clear(self) -> None:
+        """No comparison (another video was opened): no runs, no table, no warning."""
+        self.run_a = self.run_b = None
+        self.divergence = None
+        self.distance = None
+        self.selected = None
+        self.aj = {"a": None, "b": None}
+        self._titles = {"A": "", "B": ""}  # as built
+        self.canvas.setToolTip("")
+        self._elide_titles()
+        self.warning.hide()
+        self.table.setRowCount(0)
+        self.summary.setText("no runs to compare")
+        self._update_slider()
+        self._draw()
+
     def _aj(self, run: RunData, ground_truth: dict[str, np.ndarray] | None) -> float | None:
         """AJ of a run against ground truth; from its report when no ground truth is given."""
         if ground_truth is None:
