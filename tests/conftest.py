@@ -25,3 +25,15 @@ def no_leaked_threads():
         if t.is_alive() and (not t.daemon or t.name == SAMPLER_THREAD):  # the sampler thread is a daemon
             leaked.append(t.name)
     assert not leaked, f"threads left running: {leaked}"
+
+
+@pytest.fixture
+def release_hung_plugins():
+    """Each test starts with tests.plugins.misbehaving's hung plugins hanging; at its end every hung call and
+    left thread returns."""
+    from tests.plugins import misbehaving
+
+    misbehaving.RELEASE.clear()
+    misbehaving.ENTERED.clear()
+    yield
+    misbehaving.RELEASE.set()

@@ -20,12 +20,7 @@ MISBEHAVING = "tests.plugins.misbehaving:"
 WAIT_MS = 20_000
 
 
-@pytest.fixture(autouse=True)
-def release_hung_plugins():
-    misbehaving.RELEASE.clear()
-    misbehaving.ENTERED.clear()
-    yield
-    misbehaving.RELEASE.set()
+pytestmark = pytest.mark.usefixtures("release_hung_plugins")
 
 
 def _window(qtbot, tmp_path, plugin: str) -> MainWindow:

@@ -55,34 +55,26 @@ def test_every_export_checks_its_path_first(qtbot, tmp_path, make, message):
         assert message in str(err.value) or "must end in" in str(err.value), str(err.value)
 
 
-def test_png_that_cannot_be_written_keeps_the_previous_file(qtbot, tmp_path, monkeypatch):
+def _fails(self, name, fmt=None, quality=-1):
+    Path(name).write_bytes(b"\x89PNG partial")
+    return False  # what Qt says when the disk fills
+
+
+def _interrupted(self, name, fmt=None, quality=-1):
+    Path(name).write_bytes(b"\x89PNG partial")
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("save, raised, match", [(_fails, UserError, "could not write the PNG"),
+                                                 (_interrupted, KeyboardInterrupt, None)],
+                         ids=["disk full", "interrupted"])
+def test_png_that_cannot_be_written_keeps_the_previous_file(qtbot, tmp_path, monkeypatch, save, raised, match):
     label = QLabel("x")
     qtbot.addWidget(label)
     path = tmp_path / "w.png"
     path.write_bytes(b"previous")
-
-    def half_then_fail(self, name, fmt=None, quality=-1):
-        Path(name).write_bytes(b"\x89PNG partial")
-        return False  # what Qt says when the disk fills
-
-    monkeypatch.setattr(QPixmap, "save", half_then_fail)
-    with pytest.raises(UserError, match="could not write the PNG"):
-        export.export_png(path, label)
-    assert path.read_bytes() == b"previous" and _temps(tmp_path) == []
-
-
-def test_png_interrupted_keeps_the_previous_file(qtbot, tmp_path, monkeypatch):
-    label = QLabel("x")
-    qtbot.addWidget(label)
-    path = tmp_path / "w.png"
-    path.write_bytes(b"previous")
-
-    def interrupted(self, name, fmt=None, quality=-1):
-        Path(name).write_bytes(b"\x89PNG partial")
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(QPixmap, "save", interrupted)
-    with pytest.raises(KeyboardInterrupt):
+    monkeypatch.setattr(QPixmap, "save", save)
+    with pytest.raises(raised, match=match):
         export.export_png(path, label)
     assert path.read_bytes() == b"previous" and _temps(tmp_path) == []
 

@@ -28,13 +28,7 @@ WATCHDOG_S = 30.0
 CLI_TIMEOUT_S = 120
 
 
-@pytest.fixture(autouse=True)
-def release_hung_plugins():
-    """Each test starts with hung plugins hanging; at its end every hung call and left thread returns."""
-    misbehaving.RELEASE.clear()
-    misbehaving.ENTERED.clear()
-    yield
-    misbehaving.RELEASE.set()
+pytestmark = pytest.mark.usefixtures("release_hung_plugins")
 
 
 def events_of(name: str, frames: np.ndarray | None = None, **kwargs) -> list:
