@@ -10,8 +10,9 @@ later ones read as black until then.
 
 The tracker is fed the same array (``frames``, read-only once complete) with ``geometry`` mapping source
 pixels to the store's, so a run holds no second copy of the video. A tracker that works at its own
-resolution (CorrTrack: 256 x 256) loses nothing to a store smaller than the source; the budget only
-bites on long videos (768 MiB: 500 frames of 1080p are kept at 976x548, 3600 at 364x204).
+resolution (CorrTrack: 256 x 256) loses little to a store smaller than the source; the budget only
+bites on long videos (768 MiB: 500 frames of 1080p are kept at 976x548, 3600 at 364x204); a video
+that fits it is kept, and tracked, at the reader's size, as the CLI does.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ from engine.io.video import (
 
 #: the app's store: every frame of a video together in at most this many bytes (uint8 RGB), whatever its length
 APP_BUDGET_BYTES = 768 * 2**20
-#: the app's store: larger side at most this, px (what a window shows; the tracker works at its own size)
-APP_MAX_SIDE = 1280
+#: the app's store: no cap on the side beyond the budget's (a short clip is kept, and tracked, as the CLI does)
+APP_MAX_SIDE: int | None = None
 #: at most this long between two progress values, s (the first frame is always reported)
 PROGRESS_INTERVAL_S = 0.1
 #: a store smaller than this on its shorter side gets a warning (tracking and display lose detail)

@@ -42,14 +42,17 @@ class CaptureController(QObject):
     def start(self) -> bool:
         """Capture the current video, queries and configuration; False (with a message) when it cannot."""
         s = self.state
-        if s.frames is None or not len(s.queries):
-            s.post_message("open a video and add query points before a deep capture", level="warning")
+        if s.frames is None or not len(s.queries) or s.decoding:
+            s.post_message("open a video (decoded to its end) and add query points before a deep capture",
+                           level="warning")
             return False
         if self._is_running() or self.busy:
             s.post_message("a run or a capture is in progress: stop it, then capture", level="warning")
             return False
         config: RunConfig = self._config()
-        frames, queries = s.frames.copy(), s.queries.copy()  # the worker's own: the app may open another video
+        # the worker's own: a decoded video's frames are read-only (opening another makes a new array), others copied
+        frames = s.frames if not s.frames.flags.writeable else s.frames.copy()
+        queries = s.queries.copy()
         info, geometry = dict(s.video_info), s.geometry
         trace = Path(self._folder.name) / f"{len(list(Path(self._folder.name).iterdir()))}-{TRACE_NAME}"
 

@@ -15,7 +15,10 @@ from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QFileDialog, QWidget
 
 from engine.api import (
+    APP_BUDGET_BYTES,
     VIDEO_EXTENSIONS,
+    DecodeProgress,
+    FrameStore,
     ReportVideo,
     UserError,
     VideoGeometry,
@@ -25,7 +28,7 @@ from engine.api import (
     load_ground_truth,
     load_report,
     load_reports,
-    open_video,
+    open_frames,
     queries_sidecar,
     read_queries_csv,
     sample_video_path,
@@ -33,12 +36,19 @@ from engine.api import (
 from gui.model import RunData
 from gui.settings import Settings
 from gui.state import AppState
+from gui.worker import GeneratorWorker, WorkerHandle, start_worker
 
 REPORT_SUFFIXES = (".json",)
 QUERY_SUFFIXES = (".csv",)
 VIDEO_PATTERNS = " ".join(f"*{ext}" for ext in VIDEO_EXTENSIONS)
 #: report fields a replayed report sets in the toggles (not its device: Run repeats it here)
 ADOPTED_CONFIG = ("tracker", "precision", "points_per_batch", "frames_per_batch")
+#: a video whose kept frames are at most this many bytes is decoded at once on opening (a few ms); a larger one
+#: in a worker thread, its first frame shown at once, with progress and Cancel
+DECODE_IN_PLACE_BYTES = 16 * 2**20
+DECODE_THREAD_NAME = "decode-video"
+#: the most memory a video's frames take in the app, whatever its length (longer videos are kept smaller)
+VIDEO_MEMORY_BYTES = APP_BUDGET_BYTES
 
 
 def sidecar_ground_truth(video: Path) -> dict[str, np.ndarray] | None:
@@ -78,6 +88,8 @@ class FileController(QObject):
         self._shutdown_run = shutdown_run
         self._grid_size = grid_size
         self._current_frame = current_frame
+        self._decoder: WorkerHandle | None = None  # the worker decoding the video shown
+        self._decoding_store: FrameStore | None = None  # what it decodes
 
     # -- opening -------------------------------------------------------------------------------------
     def load_path(self, path: str | Path) -> bool:
@@ -99,30 +111,114 @@ class FileController(QObject):
         return True
 
     def open_video(self, path: str | Path, queries: np.ndarray | None = None) -> None:
-        """Decode a video (VideoError on failure) and show it with its queries CSV or a grid."""
+        """Open a video (VideoError on failure) and show its first frame with its queries CSV or a grid; the
+        rest decodes in a worker (small videos: here), into a store of bounded size."""
         path = Path(path)
-        with open_video(path) as reader:
-            frames = reader.read()
-            info = {**reader.info.to_dict(), **VideoGeometry.from_info(reader.info, frames).to_dict()}
-            warnings = list(reader.warnings)
-        if len(frames) == 0:
-            raise UserError(f"{path}: the video holds no frames")
-        self.set_video(frames, fps=info.get("fps"), path=str(path), info=info, queries=queries)
+        self.stop_decoding()  # the previous video's decoding ends first
+        store = open_frames(path, budget_bytes=VIDEO_MEMORY_BYTES)  # the header and frame 0 only: fast
+        info = {**store.info.to_dict(), **store.geometry.to_dict()} if store.info is not None else {}
+        self.set_video(store, fps=info.get("fps"), path=str(path), info=info, queries=queries)
         sidecar = queries_sidecar(path)
         if queries is None and sidecar.exists():
             self.set_queries(self.csv_queries(sidecar))
         self.state.set_ground_truth(sidecar_ground_truth(path))
-        if warnings:
-            self.state.post_message("; ".join(warnings), level="warning")
+        if store.nbytes <= DECODE_IN_PLACE_BYTES:
+            try:
+                store.decode_all()
+            finally:
+                store.close()
+            self._decoded(store)
+        else:
+            self._start_decoding(store)
 
-    def set_video(self, frames: np.ndarray, fps: float | None = None, path: str | None = None,
+    @property
+    def decoding(self) -> bool:
+        """Whether a video is being decoded in the background."""
+        return self._decoder is not None
+
+    def _start_decoding(self, store: FrameStore) -> None:
+        def connect(worker: GeneratorWorker, thread: Any) -> None:  # bound slots: delivered on the GUI thread
+            worker.yielded.connect(self._on_progress)
+            worker.returned.connect(self._on_decoded)
+            worker.errored.connect(self._on_decode_failed)
+            worker.done.connect(self._on_decoder_done)
+            thread.finished.connect(worker.deleteLater)
+            thread.finished.connect(thread.deleteLater)
+
+        self._decoding_store = store
+        self._decoder = start_worker(store.decode, DECODE_THREAD_NAME, connect=connect)
+        self.state.video_decoding(store.progress)
+
+    def _current_decoder(self) -> FrameStore | None:
+        """The store the signal's sender decodes, when that is the current decoding (else a stale signal)."""
+        handle = self._decoder
+        return self._decoding_store if handle is not None and self.sender() is handle.worker else None
+
+    def _on_progress(self, progress: DecodeProgress) -> None:
+        if self._current_decoder() is not None and self._decoder is not None:
+            self._decoder.worker.handled()
+            self.state.video_decoding(progress)
+
+    def _on_decoded(self, _result: Any) -> None:
+        store = self._current_decoder()
+        if store is not None:
+            self._decoded(store)
+
+    def _on_decode_failed(self, exc: BaseException) -> None:
+        store = self._current_decoder()
+        if store is None:
+            return
+        store.keep_decoded()
+        store.close()
+        if store is self.state.video:
+            self.state.video_decoding(store.progress)
+            text = exc.message if isinstance(exc, UserError) else f"decoding stopped: {type(exc).__name__}: {exc}"
+            self.state.post_message(text, getattr(exc, "suggestion", None))
+
+    def _on_decoder_done(self) -> None:
+        handle = self._decoder
+        if handle is not None and self.sender() is handle.worker:
+            self._decoder = None  # its thread deletes itself and the worker once it has ended
+
+    def _decoded(self, store: FrameStore) -> None:
+        """Decoding ended (all frames, or the first N at a truncated stream)."""
+        store.close()
+        if store is not self.state.video:
+            return
+        self.state.video_decoding(store.progress)
+        if store.warnings:
+            self.state.post_message("; ".join(store.warnings), level="warning")
+
+    def cancel_decoding(self) -> None:
+        """Cancel: the video becomes the frames decoded so far (a message says how many)."""
+        store = self.state.video
+        if self._decoder is None or store is None or store.complete:
+            return
+        self.stop_decoding()
+        total = store.progress.total
+        store.keep_decoded()
+        store.close()
+        self.state.video_decoding(store.progress)
+        self.state.post_message(f"decoding cancelled: showing the first {len(store)} of {total} frames",
+                                "open the video again to decode all of it", level="info")
+
+    def stop_decoding(self) -> None:
+        """End the background decoding, if any, and wait for its thread (opening another video, closing)."""
+        handle, self._decoder = self._decoder, None
+        if handle is not None:
+            handle.join()  # deleted once ended (connected at its start)
+
+    def set_video(self, frames: np.ndarray | FrameStore, fps: float | None = None, path: str | None = None,
                   info: dict[str, Any] | None = None, queries: np.ndarray | None = None) -> None:
-        """Show frames uint8 [T, H, W, 3]; queries default to a grid on frame 0."""
+        """Show frames uint8 [T, H, W, 3] (or a store, decoding); queries default to a grid on frame 0."""
         if self._is_running():
             self._shutdown_run()
+        if not isinstance(frames, FrameStore):
+            self.stop_decoding()
         info = info or {}
-        geometry = VideoGeometry.from_info(info, frames)  # queries and tracks are its source pixels
-        self.state.set_video(frames, path, {**info, "path": path, "num_frames": int(frames.shape[0]),
+        # queries and tracks are the geometry's source pixels
+        geometry = frames.geometry if isinstance(frames, FrameStore) else VideoGeometry.from_info(info, frames)
+        self.state.set_video(frames, path, {**info, "path": path, "num_frames": len(frames),
                                             **geometry.to_dict(), "width": geometry.source_width,
                                             "height": geometry.source_height, "fps": fps or info.get("fps")},
                              geometry)
