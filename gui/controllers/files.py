@@ -90,6 +90,7 @@ class FileController(QObject):
         self._current_frame = current_frame
         self._decoder: WorkerHandle | None = None  # the worker decoding the video shown
         self._decoding_store: FrameStore | None = None  # what it decodes
+        self._ending: list[WorkerHandle] = []  # decoders that are done, until their threads have ended
 
     # -- opening -------------------------------------------------------------------------------------
     def load_path(self, path: str | Path) -> bool:
@@ -142,8 +143,7 @@ class FileController(QObject):
             worker.returned.connect(self._on_decoded)
             worker.errored.connect(self._on_decode_failed)
             worker.done.connect(self._on_decoder_done)
-            thread.finished.connect(worker.deleteLater)
-            thread.finished.connect(thread.deleteLater)
+            thread.finished.connect(self._forget_ended)
 
         self._decoding_store = store
         self._decoder = start_worker(store.decode, DECODE_THREAD_NAME, connect=connect)
@@ -178,7 +178,13 @@ class FileController(QObject):
     def _on_decoder_done(self) -> None:
         handle = self._decoder
         if handle is not None and self.sender() is handle.worker:
-            self._decoder = None  # its thread deletes itself and the worker once it has ended
+            self._decoder = None
+            self._ending.append(handle)  # kept (a QThread must outlive its thread) until it has ended
+
+    def _forget_ended(self) -> None:
+        for handle in [h for h in self._ending if not h.running]:
+            self._ending.remove(handle)
+            handle.delete_later()
 
     def _decoded(self, store: FrameStore) -> None:
         """Decoding ended (all frames, or the first N at a truncated stream)."""
@@ -206,7 +212,10 @@ class FileController(QObject):
         """End the background decoding, if any, and wait for its thread (opening another video, closing)."""
         handle, self._decoder = self._decoder, None
         if handle is not None:
-            handle.join()  # deleted once ended (connected at its start)
+            handle.join()
+            handle.delete_later()
+        for ending in self._ending:
+            ending.join()
 
     def set_video(self, frames: np.ndarray | FrameStore, fps: float | None = None, path: str | None = None,
                   info: dict[str, Any] | None = None, queries: np.ndarray | None = None) -> None:
