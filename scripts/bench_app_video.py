@@ -29,10 +29,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
+from gui_bench import Heartbeat, PaintCounter, settle, wait_run  # noqa: E402  (the GUI bench's own tools)
 from PySide6.QtCore import QEventLoop, QSettings, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
-
-from gui_bench import Heartbeat, PaintCounter, settle, wait_run  # noqa: E402  (the GUI bench's own tools)
 
 WIDTH, HEIGHT, FPS = 1920, 1080, 30.0
 RSS_EVERY_S = 0.02
@@ -108,7 +107,7 @@ def main() -> int:
         print(f"made {video} ({args.frames} frames {WIDTH}x{HEIGHT} at {FPS:g} fps, "
               f"{video.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t0:.1f} s")
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app = QApplication.instance() or QApplication(sys.argv[:1])  # noqa: F841 (kept alive for the window)
     settings = Settings(QSettings(str(tmp / "settings.ini"), QSettings.Format.IniFormat))
     config = RunConfig(tracker=args.tracker, device="cpu", points_per_batch=args.points)
     window = MainWindow(settings=settings, sampler=None, config=config)
@@ -124,6 +123,7 @@ def main() -> int:
     beat.start()
     settle(0.05)
     t0 = time.perf_counter()
+    at0 = beat.clock.nsecsElapsed() / 1e6  # the heartbeat's clock when opening starts, ms
     if not window.load_path(video):
         raise SystemExit(f"could not open: {window.banner.message}")
     first = time.perf_counter() - t0  # frame 0 is in the view's image when load_path returns
@@ -144,6 +144,10 @@ def main() -> int:
     print(f"  first frame on screen after {first * 1e3:.0f} ms; all frames decoded after {decoded:.1f} s")
     print(f"  event loop while opening: max gap {gaps.max():.1f} ms, p99 {np.percentile(gaps, 99):.1f} ms, "
           f"median {np.median(gaps):.1f} ms over {len(gaps)} ticks of {beat.timer.interval()} ms")
+    worst = np.argsort(gaps)[-3:][::-1]
+    print("  worst gaps (ms, ending at ms after opening began): "
+          + ", ".join(f"{gaps[i]:.0f} at {beat.at[i] - at0:.0f}" for i in worst)
+          + f"; load_path returned at {first * 1e3:.0f}")
     print(f"  peak RSS while opening {gib(open_peak)} (app before opening {gib(base)})")
     if window.files.decoding:
         raise SystemExit("decoding did not finish in time")
@@ -170,7 +174,10 @@ def main() -> int:
         print(f"  playback during the run with {window.view.trail}-frame trails: "
               f"{counter.count / elapsed:.1f} frames drawn per second (asked for "
               f"{window.view.fps * PLAYBACK_SPEED:.0f})")
-        print(f"  event loop during the run: max gap {gaps.max():.1f} ms, p99 {np.percentile(gaps, 99):.1f} ms")
+        worst = np.argsort(gaps)[-3:][::-1]
+        print(f"  event loop during the run: max gap {gaps.max():.1f} ms, p99 {np.percentile(gaps, 99):.1f} ms; "
+              "worst (ms, ending at s into the run): "
+              + ", ".join(f"{gaps[i]:.0f} at {(beat.at[i]) / 1e3:.1f}" for i in worst) + f" of {elapsed:.1f}")
         print(f"  peak RSS during the run {gib(run_peak)}")
     rss.stop()
     window.close()

@@ -8,7 +8,7 @@ yields a ``DecodeProgress`` now and then: run it in a worker thread; closing it 
 cancels. Frames below ``decoded`` are final and may be read from any thread while later ones decode;
 later ones read as black until then.
 
-The tracker is fed the same array (``frames``, read-only once complete) with ``geometry`` mapping source
+The tracker is fed the same array (``frames``; nothing writes to it once complete) with ``geometry`` mapping source
 pixels to the store's, so a run holds no second copy of the video. A tracker that works at its own
 resolution (CorrTrack: 256 x 256) loses little to a store smaller than the source; the budget only
 bites on long videos (768 MiB: 500 frames of 1080p are kept at 976x548, 3600 at 364x204); a video
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,8 +75,7 @@ def store_size(width: int, height: int, num_frames: int, budget_bytes: int | Non
         pixels = budget_bytes / max(1, num_frames) / BYTES_PER_PIXEL  # per frame
         if w * h > pixels:
             scale = math.sqrt(pixels / (w * h))
-            w, h = w * scale, h * scale
-    w, h = int(w), int(h)
+            w, h = int(w * scale), int(h * scale)
     if (w, h) != (width, height):
         w, h = max(2, w - w % 2), max(2, h - h % 2)
     return w, h
@@ -110,7 +109,7 @@ class FrameStore:
     # -- reading (any thread) -------------------------------------------------------------------
     @property
     def frames(self) -> np.ndarray:
-        """uint8 [T, h, w, 3], frames from ``decoded`` on black until decoded; read-only once complete."""
+        """uint8 [T, h, w, 3], frames from ``decoded`` on black until decoded; final once complete."""
         return self._array
 
     def frame(self, index: int) -> np.ndarray:
@@ -136,7 +135,7 @@ class FrameStore:
         return DecodeProgress(self.decoded, total, self.complete)
 
     # -- decoding (one thread) ------------------------------------------------------------------
-    def decode(self) -> Iterator[DecodeProgress]:
+    def decode(self) -> Generator[DecodeProgress, None, DecodeProgress]:
         """Decode the frames not decoded yet, yielding progress at least every PROGRESS_INTERVAL_S; closing
         the generator stops it (the frames so far stay). Returns the final progress."""
         if self.complete or self._reader is None:
@@ -197,7 +196,7 @@ class FrameStore:
             more = min(2 * n, self._budget // frame_bytes)
         if more <= n:
             self._warn(f"the video holds more frames than its container claimed ({n}); kept the first {n} "
-                       f"(the frame store is {self._budget / 2**20:.0f} MiB)")
+                       f"(the frame store is {(self._budget or 0) / 2**20:.0f} MiB)")
             return False
         grown = np.zeros((more, *self._array.shape[1:]), np.uint8)
         grown[:n] = self._array
@@ -214,9 +213,7 @@ class FrameStore:
             self._reader.close()
             if self.info is not None:
                 self.info.num_frames = len(self._array)
-        if self._reader is not None:  # decoded here: final, and shared with the tracker and the window
-            self._array.flags.writeable = False
-        self.complete = True
+        self.complete = True  # writeable still: torch.from_numpy warns on a read-only array (the trackers use it)
 
     def _warn(self, message: str) -> None:
         if message not in self.warnings:

@@ -50,9 +50,7 @@ class CaptureController(QObject):
             s.post_message("a run or a capture is in progress: stop it, then capture", level="warning")
             return False
         config: RunConfig = self._config()
-        # the worker's own: a decoded video's frames are read-only (opening another makes a new array), others copied
-        frames = s.frames if not s.frames.flags.writeable else s.frames.copy()
-        queries = s.queries.copy()
+        frames, queries = s.frames.copy(), s.queries.copy()  # the worker's own: the app may open another video
         info, geometry = dict(s.video_info), s.geometry
         trace = Path(self._folder.name) / f"{len(list(Path(self._folder.name).iterdir()))}-{TRACE_NAME}"
 

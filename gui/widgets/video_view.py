@@ -39,6 +39,9 @@ OCCLUDED_ALPHA = 150
 TRAIL_ALPHA = 170
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0)
 DEFAULT_FPS = 25.0
+#: no levels for uint8 RGB frames: pyqtgraph then builds the QImage straight from the array; explicit (0, 255)
+#: sends every frame through a per-pixel rescale (7 ms for 976x548 here, 0.02 ms without) for the same pixels
+IMAGE_LEVELS = None
 
 
 def track_colours(n: int) -> np.ndarray:
@@ -285,7 +288,7 @@ class VideoView(QWidget):
         self.video_geometry = geometry or VideoGeometry.unscaled(w, h)
         sx, sy = self.video_geometry.scale  # the image is placed in source pixels: queries and tracks draw as they are
         rect = QRectF(-0.5 * sx, -0.5 * sy, w * sx, h * sy)  # frame pixel centres at their source positions
-        self.image.setImage(self.frames[0], levels=(0, 255), autoLevels=False)
+        self.image.setImage(self.frames[0], levels=IMAGE_LEVELS, autoLevels=False)
         self.image.setRect(rect)
         self.points.set_bounds(rect)
         self.trails.set_bounds(rect)
@@ -382,7 +385,7 @@ class VideoView(QWidget):
         if self.frames is None:
             return
         t = self.frame
-        self.image.setImage(self.frames[t], levels=(0, 255), autoLevels=False)
+        self.image.setImage(self.frames[t], levels=IMAGE_LEVELS, autoLevels=False)
         self._drawn_undecoded = t >= self.decoded
         self._draw_tracks(t)
         q = self.queries
