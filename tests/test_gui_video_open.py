@@ -157,3 +157,26 @@ def test_a_long_video_is_kept_within_the_memory_budget(qtbot, window, clip, monk
     tracks = window.current.tracks  # [1, T, 2] source pixels, not the kept frames' half-size pixels
     assert np.isfinite(tracks).all() and tracks[0, 0, 0] == pytest.approx(8.0, abs=1.0)
     assert tracks[0, 10, 0] > 10.0  # moved right in source pixels (in the kept half-size pixels it would read < 8)
+
+
+def test_a_large_file_is_opened_in_the_worker_too(qtbot, window, clip, monkeypatch):
+    path, reference = clip
+    monkeypatch.setattr(files_module, "OPEN_IN_PLACE_FILE_BYTES", 0)  # every file counts as large
+    monkeypatch.setattr(files_module, "DECODE_IN_PLACE_BYTES", 0)
+    window.set_video(moving_square_video(4, 32), fps=10)
+    assert window.load_path(path)  # returns at once: the header and frame 0 are read in the worker
+    qtbot.waitUntil(lambda: window.state.video_path == str(path) and not window.files.decoding, timeout=WAIT_MS)
+    np.testing.assert_array_equal(window.frames, reference)
+    assert window.view.num_frames == NUM_FRAMES and len(window.queries) > 0
+
+
+def test_a_large_file_that_does_not_open_is_a_message(qtbot, window, tmp_path, monkeypatch):
+    monkeypatch.setattr(files_module, "OPEN_IN_PLACE_FILE_BYTES", 0)
+    window.set_video(moving_square_video(4, 32), fps=10)
+    before = window.frames
+    bad = tmp_path / "broken.mp4"
+    bad.write_bytes(b"\x00\x01 not a video at all" * 10)
+    window.load_path(bad)
+    qtbot.waitUntil(lambda: not window.files.decoding, timeout=WAIT_MS)
+    assert "broken.mp4" in window.banner.message and window.banner.isVisible()
+    assert window.frames is before  # the open video stays

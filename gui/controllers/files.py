@@ -47,6 +47,9 @@ ADOPTED_CONFIG = ("tracker", "precision", "points_per_batch", "frames_per_batch"
 #: in a worker thread, its first frame shown at once, with progress and Cancel
 DECODE_IN_PLACE_BYTES = 16 * 2**20
 DECODE_THREAD_NAME = "decode-video"
+#: a video file at most this large is opened here (a few ms, errors at once); a larger one in the worker (opening
+#: a 1080p stream, its first frame included, took 60-140 ms here: over the 100 ms the event loop may stall)
+OPEN_IN_PLACE_FILE_BYTES = 2 * 2**20
 #: the most memory a video's frames take in the app, whatever its length (longer videos are kept smaller)
 VIDEO_MEMORY_BYTES = APP_BUDGET_BYTES
 
@@ -91,6 +94,7 @@ class FileController(QObject):
         self._decoder: WorkerHandle | None = None  # the worker decoding the video shown
         self._decoding_store: FrameStore | None = None  # what it decodes
         self._ending: list[WorkerHandle] = []  # decoders that are done, until their threads have ended
+        self._decoding_path: tuple[Path, np.ndarray | None] = (Path(), None)  # what the decoder opens
 
     # -- opening -------------------------------------------------------------------------------------
     def load_path(self, path: str | Path) -> bool:
@@ -111,33 +115,60 @@ class FileController(QObject):
         self.settings.add_recent(path)
         return True
 
-    def open_video(self, path: str | Path, queries: np.ndarray | None = None) -> None:
-        """Open a video (VideoError on failure) and show its first frame with its queries CSV or a grid; the
-        rest decodes in a worker (small videos: here), into a store of bounded size."""
+    def open_video(self, path: str | Path, queries: np.ndarray | None = None, background: bool = True) -> None:
+        """Open a video and show its first frame with its queries CSV or a grid; the rest decodes in a worker
+        into a store of bounded size. A file over OPEN_IN_PLACE_FILE_BYTES (with ``background``) is opened in
+        the worker too, its problems posted as messages; a smaller one here (VideoError on failure)."""
         path = Path(path)
         self.stop_decoding()  # the previous video's decoding ends first
-        store = open_frames(path, budget_bytes=VIDEO_MEMORY_BYTES)  # the header and frame 0 only: fast
-        info = {**store.info.to_dict(), **store.geometry.to_dict()} if store.info is not None else {}
-        self.set_video(store, fps=info.get("fps"), path=str(path), info=info, queries=queries)
-        sidecar = queries_sidecar(path)
-        if queries is None and sidecar.exists():
-            self.set_queries(self.csv_queries(sidecar))
-        self.state.set_ground_truth(sidecar_ground_truth(path))
+        if background and path.is_file() and path.stat().st_size > OPEN_IN_PLACE_FILE_BYTES:
+            self._start_decoding(None, path, queries)
+            return
+        store = open_frames(path, budget_bytes=VIDEO_MEMORY_BYTES)  # the header and frame 0 only
         if store.nbytes <= DECODE_IN_PLACE_BYTES:
             try:
                 store.decode_all()
             finally:
                 store.close()
+            self._show_store(store, path, queries)
             self._decoded(store)
         else:
-            self._start_decoding(store)
+            self._show_store(store, path, queries)
+            self._start_decoding(store, path, queries)
+
+    def _show_store(self, store: FrameStore, path: Path, queries: np.ndarray | None) -> None:
+        """A newly opened video into the state, with its sidecar queries and ground truth."""
+        info = {**store.info.to_dict(), **store.geometry.to_dict()} if store.info is not None else {}
+        try:
+            self.set_video(store, fps=info.get("fps"), path=str(path), info=info, queries=queries)
+        except BaseException:
+            store.close()
+            raise
+        sidecar = queries_sidecar(path)
+        try:
+            if queries is None and sidecar.exists():
+                self.set_queries(self.csv_queries(sidecar))
+        finally:
+            self.state.set_ground_truth(sidecar_ground_truth(path))
 
     @property
     def decoding(self) -> bool:
         """Whether a video is being decoded in the background."""
         return self._decoder is not None
 
-    def _start_decoding(self, store: FrameStore) -> None:
+    def _start_decoding(self, store: FrameStore | None, path: Path, queries: np.ndarray | None) -> None:
+        """Decode ``store`` in a worker; with none, the worker opens ``path`` first and yields the store."""
+
+        def work() -> Any:
+            opened = store if store is not None else open_frames(path, budget_bytes=VIDEO_MEMORY_BYTES)
+            try:
+                if store is None:
+                    yield opened  # shown on the GUI thread, then decoded on
+                return (yield from opened.decode())
+            except GeneratorExit:  # cancelled: release the decoder here (the GUI may never take the store)
+                opened.close()
+                raise
+
         def connect(worker: GeneratorWorker, thread: Any) -> None:  # bound slots: delivered on the GUI thread
             worker.yielded.connect(self._on_progress)
             worker.returned.connect(self._on_decoded)
@@ -146,18 +177,31 @@ class FileController(QObject):
             thread.finished.connect(self._forget_ended)
 
         self._decoding_store = store
-        self._decoder = start_worker(store.decode, DECODE_THREAD_NAME, connect=connect)
-        self.state.video_decoding(store.progress)
+        self._decoding_path = (path, queries)
+        self._decoder = start_worker(work, DECODE_THREAD_NAME, connect=connect)
+        if store is not None:
+            self.state.video_decoding(store.progress)
 
     def _current_decoder(self) -> FrameStore | None:
         """The store the signal's sender decodes, when that is the current decoding (else a stale signal)."""
         handle = self._decoder
         return self._decoding_store if handle is not None and self.sender() is handle.worker else None
 
-    def _on_progress(self, progress: DecodeProgress) -> None:
-        if self._current_decoder() is not None and self._decoder is not None:
-            self._decoder.worker.handled()
-            self.state.video_decoding(progress)
+    def _on_progress(self, value: Any) -> None:
+        handle = self._decoder
+        if handle is None or self.sender() is not handle.worker:
+            return  # a stale value of a stopped decoder
+        handle.worker.handled()
+        if isinstance(value, FrameStore):  # opened in the worker: show it now
+            self._decoding_store = value
+            path, queries = self._decoding_path
+            try:
+                self._show_store(value, path, queries)
+            except UserError as exc:
+                self.state.post_message(exc.message, exc.suggestion)
+            self.state.video_decoding(value.progress)
+        elif self._decoding_store is not None:
+            self.state.video_decoding(value)
 
     def _on_decoded(self, _result: Any) -> None:
         store = self._current_decoder()
@@ -165,8 +209,13 @@ class FileController(QObject):
             self._decoded(store)
 
     def _on_decode_failed(self, exc: BaseException) -> None:
-        store = self._current_decoder()
-        if store is None:
+        handle = self._decoder
+        if handle is None or self.sender() is not handle.worker:
+            return
+        store = self._decoding_store
+        if store is None:  # the video did not open: the one shown stays
+            self.state.post_message(exc.message if isinstance(exc, UserError) else f"cannot open the video: {exc}",
+                                    getattr(exc, "suggestion", None))
             return
         store.keep_decoded()
         store.close()
@@ -247,7 +296,7 @@ class FileController(QObject):
         video = report.video
         video_path = resolve_report_video(Path(path), video)
         if video_path is not None:
-            self.open_video(video_path, queries=run.queries if run else None)
+            self.open_video(video_path, queries=run.queries if run else None, background=False)  # the run goes on it
         elif run is not None:
             if video.geometry is not None:  # a blank canvas of the decoded size, placed in source pixels
                 (w, h), info = video.geometry.frame_size, video.geometry.to_dict()
