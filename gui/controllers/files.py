@@ -17,7 +17,6 @@ from PySide6.QtWidgets import QFileDialog, QWidget
 from engine.api import (
     APP_BUDGET_BYTES,
     VIDEO_EXTENSIONS,
-    DecodeProgress,
     FrameStore,
     ReportVideo,
     UserError,
