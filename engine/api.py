@@ -17,6 +17,8 @@ import torch
 # (grouped by topic, not alphabetically)
 # -- errors -------------------------------------------------------------------------------------------------
 from engine.core.errors import QueryError, ReportError, TrackerError, UserError, VideoError
+from engine.core.outputs import check_output_path
+from engine.core.atomic import atomic_path
 
 # -- run configuration, precision modes and their hardware gates, devices ---------------------------------------
 from engine.core.config import PRECISIONS, RunConfig
@@ -30,7 +32,7 @@ from engine.core.units import GIB, MIB, format_bytes, format_ms, ms_value
 # -- video, queries and tracks files -----------------------------------------------------------------------------
 from engine.io.frames import APP_BUDGET_BYTES, DecodeProgress, FrameStore, open_frames
 from engine.io.geometry import VideoGeometry
-from engine.io.video import VIDEO_EXTENSIONS, open_video, write_video
+from engine.io.video import VIDEO_EXTENSIONS, WRITER_FOURCC, open_video, write_video
 from engine.io.trackio import grid_queries, load_ground_truth, load_tracks, read_queries_csv, save_tracks
 
 # -- trackers and their stages ----------------------------------------------------------------------------------
@@ -60,18 +62,22 @@ from engine.analysis.accuracy import run_accuracy
 from engine.analysis.facts import Finding
 from engine.analysis.roofline import Cost, StageRoofline
 from engine.analysis.whatif import project
+from engine.analysis.whatif import mode_label as whatif_mode_label
 from engine.analysis.compare import compare_reports
 from engine.analysis.metrics import Divergence, divergence, tapvid_metrics
 from engine.analysis.tradeoff import (
     BASELINE_PRECISION,
     MEMORY_DEVICE_PEAK,
     MEMORY_PROCESS_RSS,
+    PRECISION_UNUSED,
     TradeoffRow,
     TradeoffTable,
     compare_rows,
     find_baseline,
     row_from_report,
     speedup_over,
+    tunable_settings,
+    values_taken,
 )
 
 # -- deep capture: the profiler pass, its summary, findings and timeline ------------------------------------------
@@ -79,6 +85,9 @@ from engine.capture import CaptureSummary, diagnose_capture
 from engine.capture.attribution import forward_body
 from engine.capture.timeline import Lane, Markers, TimelineData, load_timeline
 from engine.workflows.deep import DeepCapture, deep_capture
+
+# -- the cost model counted on demand (a report without one: a live run's, a track --report file) -------------
+from engine.workflows.count import CountedWork, CountProcess, count_work, with_counted_work
 from engine.analysis.tradeoff import accuracy_axis as tradeoff_accuracy_axis
 # isort: on
 
@@ -86,6 +95,8 @@ from engine.analysis.tradeoff import accuracy_axis as tradeoff_accuracy_axis
 DEFAULT_TUNABLE = ("precision", "points_per_batch", "frames_per_batch")
 #: how each tunable field reads in a run title
 _TITLE_PARTS = {"precision": "{}", "points_per_batch": "p{}", "frames_per_batch": "f{}"}
+#: the file names write_video can write (the overlaid-video export checks its path against them first)
+VIDEO_WRITE_SUFFIXES = tuple(WRITER_FOURCC)
 
 
 def device_choices() -> list[str]:
@@ -140,11 +151,13 @@ def run_title(config: RunConfig | Mapping[str, Any], tracker: Mapping[str, Any] 
 
 
 __all__ = [
+    "CountedWork", "CountProcess", "count_work", "with_counted_work", "whatif_mode_label",
     "CaptureSummary", "DeepCapture", "Lane", "Markers", "TimelineData", "deep_capture", "diagnose_capture",
     "forward_body", "load_timeline",
     "BASELINE_PRECISION", "BUILTIN_STAGES", "DEFAULT_TUNABLE", "GIB", "LK_STAGES", "MEMORY_DEVICE_PEAK", "MIB",
-    "MEMORY_PROCESS_RSS", "PRECISIONS",
-    "SAMPLER_THREAD_NAME", "SAMPLE_VIDEO", "VIDEO_EXTENSIONS",
+    "MEMORY_PROCESS_RSS", "PRECISIONS", "PRECISION_UNUSED",
+    "SAMPLER_THREAD_NAME", "SAMPLE_VIDEO", "VIDEO_EXTENSIONS", "VIDEO_WRITE_SUFFIXES", "atomic_path",
+    "check_output_path",
     "Accuracy", "Analysis", "BatchDone", "BenchFile", "Cost", "DeviceGates", "Divergence", "Failed", "Finding",
     "Finished", "Gate", "PreparedVideo", "QueryError", "RecordedFinding", "Report", "ReportError", "ReportVideo",
     "RingBuffers", "RunConfig", "RunContext", "RunRecorder", "Session", "StageRoofline", "Started",
@@ -157,5 +170,6 @@ __all__ = [
     "APP_BUDGET_BYTES", "DecodeProgress", "FrameStore", "open_frames",
     "open_video", "precision_gates", "project", "queries_sidecar", "read_queries_csv", "resolve_device",
     "resources_dir", "row_from_report", "run_accuracy", "run_title", "sample_video_path", "save", "save_tracks",
+    "tunable_settings", "values_taken",
     "specs", "speedup_over", "tapvid_metrics", "track_arrays", "tradeoff_accuracy_axis", "write_video",
 ]

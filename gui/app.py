@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from engine.api import UserError, sample_video_path
+from gui.platform_libs import platform_problem
 
 #: Qt platforms that draw without a display server (QT_QPA_PLATFORM=offscreen for screenshots and tests)
 HEADLESS_PLATFORMS = ("offscreen", "minimal", "minimalegl", "vnc", "linuxfb", "eglfs", "vkkhrdisplay")
@@ -56,17 +57,18 @@ def display_problem(env: Mapping[str, str] | None = None, platform: str = sys.pl
 
 
 def _config_from_args(args: argparse.Namespace):
-    """The stored toggles with any given on the command line applied (UserError when invalid)."""
-    from engine.api import RunConfig
-    from gui.settings import Settings
+    """The stored toggles with those given on the command line applied, and a note per value not usable here.
 
-    changes = {k: getattr(args, k) for k in ("tracker", "device", "precision", "points_per_batch",
-                                            "frames_per_batch") if getattr(args, k, None) is not None}
-    base = Settings().config()
-    try:
-        return RunConfig.from_dict({**base.to_dict(), **changes})
-    except ValueError as exc:
-        raise UserError(f"invalid run settings: {exc}") from None
+    Never refuses to start: a device this machine lacks (``--device cuda`` on a CPU-only torch, a saved
+    ``cuda:1``), an unknown precision or tracker, or a batch size out of range falls back, with a note.
+    """
+    from gui.settings import Settings, checked_config
+
+    base, notes = Settings().checked_config()
+    given = {k: getattr(args, k) for k in ("tracker", "device", "precision", "points_per_batch",
+                                           "frames_per_batch") if getattr(args, k, None) is not None}
+    config, arg_notes = checked_config(given, base, "the command line")
+    return config, notes + arg_notes
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -104,16 +106,23 @@ def run(args: argparse.Namespace) -> int:
 
     if args.path is not None and not Path(args.path).exists():
         raise UserError(f"{args.path}: no such file or folder")
-    config = _config_from_args(args)
+    config, notes = _config_from_args(args)
+    for note in notes:
+        print(f"trackscope gui: warning: {note}", file=sys.stderr)
     if args.screenshot:
         _size(args.size)
     problem = display_problem()
     if problem is not None:
         raise UserError(f"{problem}; {NO_DISPLAY_HINT}")
+    problem = platform_problem()  # before Qt: it would abort naming one missing library of several
+    if problem is not None:
+        raise UserError(problem)
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setOrganizationName("trackscope")
     app.setApplicationName("trackscope")
     window = MainWindow(config=config)
+    if notes:
+        window.show_message("; ".join(notes), level="warning")
     path = args.path
     if path is None:
         sample = sample_video_path()
@@ -151,4 +160,10 @@ def run(args: argparse.Namespace) -> int:
                 QTimer.singleShot(300, shoot)
 
         QTimer.singleShot(0, start)
-    return int(app.exec())
+    code = int(app.exec())
+    if window.controller.abandoned:  # a batch outlived close's wait: Qt would abort destroying its thread
+        print("trackscope: a tracker batch was still running at exit; it was left behind", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

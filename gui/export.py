@@ -1,4 +1,9 @@
-"""Saving what the window shows: tracks, the run report, the overlaid video, PNG screenshots."""
+"""Saving what the window shows: tracks, the run report, the overlaid video, PNG screenshots.
+
+Each export checks its path first (a folder, a device, a missing or read-only folder is a UserError before
+any work) and writes atomically: a temp file beside the target, renamed into place only when complete, so
+a full disk or a crash leaves the previous file as it was and is never reported as saved.
+"""
 
 from __future__ import annotations
 
@@ -8,24 +13,41 @@ import cv2
 import numpy as np
 from PySide6.QtWidgets import QWidget
 
-from engine.api import Report, UserError, VideoGeometry, save, save_tracks, write_video
+from engine.api import (
+    VIDEO_WRITE_SUFFIXES,
+    Report,
+    UserError,
+    VideoGeometry,
+    atomic_path,
+    check_output_path,
+    save,
+    save_tracks,
+    write_video,
+)
 from gui.model import RunData
 from gui.widgets.video_view import DEFAULT_TRAIL, PALETTE
 
 POINT_RADIUS = 3
 TRAIL_THICKNESS = 1
 QUERY_SIZE = 5
+TRACKS_SUFFIXES = (".npz", ".csv")
 
 
 def export_tracks(path: str | Path, run: RunData) -> Path:
     """Tracks as NPZ, or CSV when the name ends in .csv."""
-    path = Path(path)
+    path = check_output_path(path, "", TRACKS_SUFFIXES)
     save_tracks(path, run.tracks, run.visible, run.queries)
     return path
 
 
 def export_report(path: str | Path, report: Report) -> Path:
-    return save(report, path)
+    """The run report as JSON."""
+    return save(report, check_output_path(path, ""))
+
+
+def check_video_path(path: str | Path) -> Path:
+    """UserError unless the overlaid video can be written at ``path`` (called before drawing starts)."""
+    return check_output_path(path, "", VIDEO_WRITE_SUFFIXES)
 
 
 def draw_overlay(frames: np.ndarray, run: RunData, trail: int = DEFAULT_TRAIL,
@@ -65,7 +87,7 @@ def draw_overlay(frames: np.ndarray, run: RunData, trail: int = DEFAULT_TRAIL,
 def export_video(path: str | Path, frames: np.ndarray, run: RunData, fps: float, trail: int = DEFAULT_TRAIL,
                  geometry: VideoGeometry | None = None) -> Path:
     """The video with tracks drawn on it, written by engine.video.write_video (even sizes padded)."""
-    path = Path(path)
+    path = check_video_path(path)
     out = draw_overlay(frames, run, trail, geometry)
     h, w = out.shape[1:3]
     if h % 2 or w % 2:  # mp4v needs even sizes: pad one black row/column
@@ -76,7 +98,14 @@ def export_video(path: str | Path, frames: np.ndarray, run: RunData, fps: float,
 
 def export_png(path: str | Path, widget: QWidget) -> Path:
     """A screenshot of ``widget`` (the window or one chart)."""
-    path = Path(path)
-    if not widget.grab().save(str(path), "PNG"):
-        raise UserError(f"{path}: could not write the PNG", "check the folder exists and is writable")
+    path = check_output_path(path, "")  # a folder is refused as given, not turned into FOLDER.png
+    if not path.suffix:
+        path = check_output_path(path.with_suffix(".png"), "")
+    image = widget.grab()
+    try:
+        with atomic_path(path) as tmp:
+            if not image.save(str(tmp), "PNG"):
+                raise UserError(f"{path}: could not write the PNG (is the disk full?)", "choose another folder")
+    except OSError as exc:
+        raise UserError(f"{path}: could not write the PNG: {exc.strerror or exc}") from exc
     return path

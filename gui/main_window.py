@@ -27,15 +27,19 @@ from PySide6.QtWidgets import (
 
 from engine.api import Report, RunConfig, TelemetrySampler, UserError
 from gui.controllers.capture import CaptureController
+from gui.controllers.cost import CostController
 from gui.controllers.exports import ExportController
 from gui.controllers.files import FileController
 from gui.controllers.runs import RunActions
+from gui.history import HistoryEntry, video_name
+from gui.layout import WindowLayout
 from gui.model import RunData, report_title
 from gui.panels.ab_view import ABView
 from gui.panels.capture_panel import CapturePanel
 from gui.panels.diagnosis import DiagnosisPanel
+from gui.panels.history import HistoryPanel
 from gui.panels.queue import PanelQueue
-from gui.panels.run_panel import DEFAULT_GRID, RunPanel
+from gui.panels.run_panel import RunPanel
 from gui.panels.tradeoff import TradeoffPanel
 from gui.settings import Settings
 from gui.state import AppState, Comparison, Message
@@ -45,8 +49,6 @@ from gui.widgets.text import plain_label
 from gui.widgets.video_view import VideoView
 
 MESSAGE_MS = 10_000  # how long a problem stays in the status bar
-DEFAULT_SIZE = (1500, 900)
-DOCK_WIDTHS = (230, 520)  # run dock, charts dock, px
 FPS_DECIMALS = 2
 
 
@@ -68,12 +70,16 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("trackscope")
         self.setAcceptDrops(True)
         self.settings = settings or Settings()
-        self.state = AppState(config or self.settings.config(), self)
+        notes: list[str] = []
+        if config is None:
+            config, notes = self.settings.checked_config()
+        self.state = AppState(config, self)
         self._closing = False
         self.sampler: Any = None
         self._build_central()
         self._build_run_dock(self.state.config)
         self._build_charts_dock()
+        self._build_history_dock()
         self.runs = RunActions(self.state, self.charts, lambda: self.sampler, self)
         self.controller = self.runs.controller
         self.files = FileController(self.state, self.settings, self, is_running=lambda: self.runs.running,
@@ -83,12 +89,18 @@ class MainWindow(QMainWindow):
                                         lambda: (self.view.fps, self.view.trail))
         self.capture = CaptureController(self.state, is_running=lambda: self.runs.running,
                                          config=self.toggles.config)
+        self.cost = (CostController(self.diagnosis, is_running=lambda: self.runs.running)
+                     if self.diagnosis is not None else None)  # what-if for any run: counts in a worker
+        if self.cost is not None:
+            self.controller.running_changed.connect(self.cost.resume)
         self.state.set_config(self.toggles.config(), announce=False)  # what the toggles show (gated modes off)
         self._connect()
         self._build_menus()
         self._restore_layout()
         self.sampler = self._make_sampler() if sampler == "auto" else sampler
         self.charts.attach_sampler(self.sampler)
+        if notes:
+            self.show_message("; ".join(notes), level="warning")
         app = QApplication.instance()
         if app is not None:
             app.aboutToQuit.connect(self.shutdown)
@@ -124,7 +136,7 @@ class MainWindow(QMainWindow):
         return panel
 
     def _build_run_dock(self, config: RunConfig) -> None:
-        self.run_panel = RunPanel(config, int(self.settings.value("grid", DEFAULT_GRID)))
+        self.run_panel = RunPanel(config, self.settings.grid())
         p = self.run_panel
         self.toggles, self.run_button, self.stop_button = p.toggles, p.run_button, p.stop_button
         self.loop_box, self.grid_spin, self.run_label = p.loop_box, p.grid_spin, p.run_label
@@ -139,7 +151,13 @@ class MainWindow(QMainWindow):
         self.charts_dock.setObjectName("charts_dock")
         self.charts_dock.setWidget(self.charts)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.charts_dock)
-        self.resizeDocks([self.run_dock, self.charts_dock], list(DOCK_WIDTHS), Qt.Orientation.Horizontal)
+
+    def _build_history_dock(self) -> None:
+        self.history_panel = HistoryPanel(self.state)
+        self.history_dock = QDockWidget("Runs", self)
+        self.history_dock.setObjectName("history_dock")
+        self.history_dock.setWidget(self.history_panel)
+        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.history_dock)
 
     def _connect(self) -> None:
         """Wire the state to the widgets that show it, and the controls to the controllers."""
@@ -153,7 +171,10 @@ class MainWindow(QMainWindow):
         s.report_changed.connect(lambda: self.panels.call(self.diagnosis, self.diagnosis.set_report, s.report,
                                                           s.analysis) if self.diagnosis is not None else None)
         s.report_replayed.connect(self._show_replayed)
-        s.run_reported.connect(self._add_tradeoff_row)
+        s.entry_added.connect(self._add_tradeoff_entry)
+        s.video_changed.connect(self._history_on_new_video)
+        self.history_panel.ab_requested.connect(lambda: self.tabs.setCurrentWidget(self.ab_view)
+                                                if self.ab_view is not None else None)
         s.comparison_changed.connect(self._show_comparison)
         s.config_changed.connect(self.toggles.set_config)
         s.message_posted.connect(self._show_message)
@@ -207,6 +228,8 @@ class MainWindow(QMainWindow):
         view.addSeparator()
         view.addAction(self.run_dock.toggleViewAction())
         view.addAction(self.charts_dock.toggleViewAction())
+        view.addAction(self.history_dock.toggleViewAction())
+        self._action(view, "Reset &layout", self.reset_layout)
 
     def _action(self, menu: QMenu, text: str, slot: Callable[..., Any], shortcut: Any = None) -> QAction:
         action = QAction(text, self)
@@ -234,13 +257,15 @@ class MainWindow(QMainWindow):
             return None
 
     def _restore_layout(self) -> None:
-        geometry, state = self.settings.geometry(), self.settings.state()
-        if geometry is not None:
-            self.restoreGeometry(geometry)
-        else:
-            self.resize(*DEFAULT_SIZE)
-        if state is not None:
-            self.restoreState(state)
+        """The saved geometry clamped to this screen, the saved docks if they fit (gui.layout)."""
+        self.layout_keeper = WindowLayout(self)  # after every dock is built: its defaults are Reset layout's
+        note = self.layout_keeper.restore(self.settings.geometry(), self.settings.state())
+        if note is not None:
+            self.statusBar().showMessage(note, MESSAGE_MS)
+
+    def reset_layout(self) -> None:
+        """View > Reset layout: every dock back where it was built, the window sized to its screen."""
+        self.layout_keeper.reset()
 
     # -- showing the state ----------------------------------------------------------------------------------
     def _show_video(self) -> None:
@@ -280,11 +305,15 @@ class MainWindow(QMainWindow):
         if s.report is not None and deep.error is None:
             s.set_report(dataclasses.replace(s.report, capture=deep.to_dict()), s.recorder)
 
-    def _add_tradeoff_row(self, payload: tuple[Report, tuple[np.ndarray, np.ndarray] | None]) -> None:
-        if self.tradeoff is None:
-            return
-        report, arrays = payload
-        self.panels.call(self.tradeoff, self.tradeoff.add_report, report, *(arrays or ()), replace=False)
+    def _add_tradeoff_entry(self, entry: HistoryEntry) -> None:
+        if self.tradeoff is not None:
+            self.panels.call(self.tradeoff, self.tradeoff.add_entry, entry, replace=False)
+
+    def _history_on_new_video(self) -> None:
+        """Another video: the previous one's problem leaves the banner; the trade-offs show the new one's rows."""
+        self.banner.hide()
+        if self.tradeoff is not None:
+            self.panels.call(self.tradeoff, self.tradeoff.set_video, video_name(self.state.video_path))
 
     def _show_comparison(self, comparison: Comparison) -> None:
         if self.ab_view is None:
@@ -420,10 +449,12 @@ class MainWindow(QMainWindow):
         if self._closing:
             return
         self._closing = True
-        self.controller.shutdown()
+        self.controller.close()
         self.files.stop_decoding()
         self.exports.shutdown()
         self.capture.shutdown()
+        if self.cost is not None:
+            self.cost.shutdown()
         if self.capture_panel is not None:
             self.capture_panel.shutdown()
         self.view.stop_timers()

@@ -1,18 +1,103 @@
-"""What persists between launches (QSettings, organisation "trackscope"): recent files, toggles, layout."""
+"""What persists between launches (QSettings, organisation "trackscope"): recent files, toggles, layout.
+
+Every value is read defensively: a settings file edited by hand, written by another version or copied
+from another machine (``cuda:1`` on a laptop) gives a working default and a note, never a failed start.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QByteArray, QSettings
 
-from engine.api import RunConfig
+from engine.api import PRECISIONS, RunConfig, UserError, available_trackers, resolve_device
+from gui.panels.run_panel import DEFAULT_GRID, MAX_GRID
+from gui.panels.toggles import MAX_FRAMES_PER_BATCH, MAX_POINTS_PER_BATCH
 
 ORGANIZATION = "trackscope"
 APPLICATION = "trackscope"
 MAX_RECENT = 10
+MAX_SHOWN_CHARS = 80  # a bad value is quoted in a note up to this length
+
+
+def _quoted(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= MAX_SHOWN_CHARS else text[:MAX_SHOWN_CHARS] + "…"
+
+
+def _whole_number(value: Any, default: int, limit: int) -> tuple[int, str | None]:
+    """An int in 1..limit (a whole float or a digit string is accepted), else the default or the bound."""
+    if isinstance(value, str):
+        value = value.strip()
+        value = int(value) if value.lstrip("-").isdigit() else value
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return default, f"{_quoted(value)} is not a whole number"
+    if value < 1:
+        return default, f"{value} is below 1"
+    if value > limit:
+        return limit, f"{value} is above the most the app allows ({limit})"
+    return value, None
+
+
+def _tracker(value: Any, default: str) -> tuple[str, str | None]:
+    if not isinstance(value, str) or not value.strip():
+        return default, f"{_quoted(value)} is not a tracker name"
+    name = value.strip()
+    if ":" in name or name in available_trackers():  # module:factory plugins are checked when run
+        return name, None
+    return default, f"{_quoted(name)} is not installed here"
+
+
+def _device(value: Any, default: str) -> tuple[str, str | None]:
+    if not isinstance(value, str) or not value.strip():
+        return "auto", f"{_quoted(value)} is not a device name"
+    try:
+        resolve_device(value)
+    except UserError as exc:
+        reason = exc.message.replace(f"device {value.strip().lower()!r} asked for, but ", "")
+        return "auto", f"{_quoted(value)}: {reason}"
+    except (RuntimeError, ValueError) as exc:  # torch refuses the name itself ("cuda:x")
+        return "auto", f"{_quoted(value)} is not a device torch knows ({exc})"
+    return value.strip().lower(), None
+
+
+def _precision(value: Any, default: str) -> tuple[str, str | None]:
+    if isinstance(value, str) and value.strip().lower() in PRECISIONS:
+        return value.strip().lower(), None
+    return default, f"{_quoted(value)} is not one of {', '.join(PRECISIONS)}"
+
+
+#: each run setting's check: (value, the fallback) -> (the value to use, the problem or None)
+FIELD_CHECKS: dict[str, Callable[[Any, Any], tuple[Any, str | None]]] = {
+    "tracker": _tracker,
+    "device": _device,
+    "precision": _precision,
+    "points_per_batch": lambda v, d: _whole_number(v, d, MAX_POINTS_PER_BATCH),
+    "frames_per_batch": lambda v, d: _whole_number(v, d, MAX_FRAMES_PER_BATCH),
+}
+FIELD_NAMES = {"points_per_batch": "points per batch", "frames_per_batch": "frames per batch"}
+
+
+def checked_config(data: Mapping[str, Any], default: RunConfig, source: str) -> tuple[RunConfig, list[str]]:
+    """``default`` with each usable value of ``data`` applied; a note per value that was not usable.
+
+    ``source`` names where the values come from in the notes ('saved settings', 'the command line').
+    """
+    values = default.to_dict()
+    notes = []
+    for key, check in FIELD_CHECKS.items():
+        if key not in data or data[key] is None:
+            continue
+        value, problem = check(data[key], values[key])
+        if problem is not None:
+            notes.append(f"{source}: {FIELD_NAMES.get(key, key)} {problem}; using {value}")
+        values[key] = value
+    return RunConfig.from_dict(values), notes
 
 
 class Settings:
@@ -26,7 +111,9 @@ class Settings:
         value: Any = self.store.value("recent_files", [])  # QSettings.value is typed object
         if isinstance(value, str):
             value = [value]
-        return [str(v) for v in (value or []) if v]
+        if not isinstance(value, (list, tuple)):
+            return []
+        return [v for v in value if isinstance(v, str) and v][:MAX_RECENT]
 
     def add_recent(self, path: str | Path) -> list[str]:
         """Put ``path`` first in the recent list (deduplicated, at most MAX_RECENT)."""
@@ -41,24 +128,29 @@ class Settings:
 
     # -- run configuration --------------------------------------------------------------------------
     def config(self, default: RunConfig | None = None) -> RunConfig:
-        """The last toggles, or ``default`` when none are stored or they no longer validate."""
+        """The last toggles, each one that no longer works here replaced by ``default``'s."""
+        return self.checked_config(default)[0]
+
+    def checked_config(self, default: RunConfig | None = None) -> tuple[RunConfig, list[str]]:
+        """The last toggles and a note per stored value that could not be used (``cuda:1`` on a laptop)."""
         default = default or RunConfig()
         raw = self.store.value("config", "")
         if not raw:
-            return default
+            return default, []
         try:
-            config = RunConfig.from_dict({**default.to_dict(), **json.loads(str(raw))})
-        except (ValueError, TypeError):
-            return default
-        from engine.api import available_trackers
-
-        if ":" not in config.tracker and config.tracker not in available_trackers():
-            # e.g. the tracker of a replayed report that is not installed here
-            config = config.with_changes(tracker=default.tracker)
-        return config
+            data = json.loads(str(raw))
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            return default, [f"saved settings: the run settings {_quoted(raw)} are unreadable; using the defaults"]
+        return checked_config(data, default, "saved settings")
 
     def set_config(self, config: RunConfig) -> None:
         self.store.setValue("config", json.dumps(config.to_dict()))
+
+    def grid(self) -> int:
+        """The last grid size k (k x k queries), within the grid control's range."""
+        return _whole_number(self.store.value("grid", DEFAULT_GRID), DEFAULT_GRID, MAX_GRID)[0]
 
     def value(self, key: str, default=None):
         v = self.store.value(key, default)

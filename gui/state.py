@@ -1,9 +1,10 @@
 """The app's mutable state in one object that says when it changes.
 
 ``AppState`` holds what the window shows and works on: the video (frames, path, info), the queries,
-the video's ground truth, the current run and the runs of this session, the current report (typed), its
-analysis (run on load: roofline and today's findings) and its recorder, the run configuration and the
-last problem shown. Controllers change it through its
+the video's ground truth, the current run, the run history (``gui.history``: every run of the session
+and every report opened, the entry selected and the two picked as A and B), the current report (typed),
+its analysis (run on load: roofline and today's findings) and its recorder, the run configuration and
+the last problem shown. Controllers change it through its
 methods; panels and widgets subscribe to its signals instead of being called by the window.
 Signals carry no bool (PySide6 6.12 leaks a reference per Python-emitted bool); read the state instead.
 """
@@ -17,10 +18,11 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from engine.api import Analysis, DecodeProgress, FrameStore, Report, RunConfig, VideoGeometry, analyse
+from gui.history import FINISHED, HistoryEntry, RunHistory, video_name, why_not_comparable
 from gui.model import RunData
 
 GT_QUERY_TOLERANCE_PX = 0.5  # ground truth fits the queries when it passes through them
-MAX_HISTORY = 50  # finished runs kept for A/B and trade-offs
+AB_SIDES = ("A", "B")
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,11 @@ class AppState(QObject):
     tracks_updated = Signal()  # the current run's tracks got new points (in place)
     report_changed = Signal()  # the current report (a finished run's, or a replayed one)
     report_replayed = Signal(object)  # a report opened from a file: (the Report, the file's path)
-    run_reported = Signal(object)  # (report, (tracks, visible) | None): a row for the trade-offs
     comparison_changed = Signal(object)  # Comparison
+    entry_added = Signal(object)  # a HistoryEntry (a run made here, or a report opened)
+    entries_dropped = Signal(object)  # [HistoryEntry] that left the history (MAX_HISTORY)
+    selection_changed = Signal()  # another history entry is selected (``selected``), or none
+    ab_changed = Signal()  # the entries picked as A and B (``ab``)
     config_changed = Signal(object)  # RunConfig set from outside the toggles (a replayed report's)
     message_posted = Signal(object)  # Message
 
@@ -65,7 +70,9 @@ class AppState(QObject):
         self.queries = np.zeros((0, 3), np.float32)  # [N, 3] (t, x, y)
         self.ground_truth: dict[str, np.ndarray] | None = None  # sidecar <video>.gt.npz, when it exists
         self.current: RunData | None = None
-        self.history: list[RunData] = []
+        self.runs = RunHistory()
+        self.selected: int | None = None  # id of the history entry shown (its report in the Diagnosis tab)
+        self.ab: dict[str, int | None] = dict.fromkeys(AB_SIDES)  # ids of the entries picked as A and B
         self.report: Report | None = None
         self.analysis: Analysis | None = None  # of ``report``: its roofline and today's findings
         self.recorder: Any = None  # the RunRecorder of ``report`` when it came from a run here
@@ -97,8 +104,11 @@ class AppState(QObject):
         self.analysis = None
         self.recorder = None  # the recorder belongs to the report: an export must not rebuild an older run
         self.ground_truth = None
+        self.selected = None
         self.video_changed.emit()
         self.current_changed.emit()
+        self.report_changed.emit()  # the Diagnosis tab must not keep the previous video's run
+        self.selection_changed.emit()
 
     def video_decoding(self, progress: DecodeProgress) -> None:
         """The video's decoding went on; at its end, a frame count other than the container's re-shows it."""
@@ -144,13 +154,85 @@ class AppState(QObject):
         """Say that the current run's arrays were written in place."""
         self.tracks_updated.emit()
 
-    def add_history(self, run: RunData) -> None:
-        """Keep a finished run; compare it with the previous run of the same shape, if any."""
-        previous = next((r for r in reversed(self.history) if r.tracks.shape == run.tracks.shape), None)
-        self.history.append(run)
-        del self.history[:-MAX_HISTORY]
+    # -- the run history ---------------------------------------------------------------------------------
+    @property
+    def history(self) -> list[RunData]:
+        """The tracked runs of the history's entries, oldest first."""
+        return self.runs.runs()
+
+    def new_entry(self, **fields: Any) -> HistoryEntry:
+        """A history entry with the next id (not added yet)."""
+        return HistoryEntry(id=self.runs.new_id(), **fields)
+
+    def add_entry(self, entry: HistoryEntry, compare_previous: bool = True, select: bool = False) -> None:
+        """Keep an entry; ``compare_previous`` puts the latest earlier entry of the same video and queries
+        beside it as A and B; ``select`` makes it the selected one (without changing the current run)."""
+        dropped = self.runs.add(entry)
+        for side, picked in self.ab.items():
+            if any(d.id == picked for d in dropped):
+                self.ab[side] = None
+        self.entry_added.emit(entry)
+        if dropped:
+            self.entries_dropped.emit(dropped)
+        if select:
+            self.selected = entry.id
+            self.selection_changed.emit()
+        previous = self.runs.previous_match(entry) if compare_previous and entry.run is not None else None
         if previous is not None:
-            self.compare(previous, run)
+            self.compare_entries(previous.id, entry.id)
+
+    def add_history(self, run: RunData) -> None:
+        """Keep a finished run (an entry of its own); compare it with the previous run of the same video and
+        queries, if any."""
+        report = run.report
+        self.add_entry(self.new_entry(
+            video=video_name(run.video_path or self.video_path), tracker=str(run.config.get("tracker", "?")),
+            settings={}, machine=report.device_name if report is not None else "", status=FINISHED,
+            source="run", run=run, report=report, num_frames=run.num_frames))
+
+    def select(self, entry_id: int) -> bool:
+        """Show an entry: its report (and analysis) becomes the current one; its tracks the current run when it
+        is of the video shown. False (and a message) when the entry is no longer kept."""
+        entry = self.runs.get(entry_id)
+        if entry is None:
+            self.post_message(f"run #{entry_id} is no longer in the history", level="info")
+            return False
+        self.selected = entry.id
+        run = entry.run
+        num_frames = 0 if self.frames is None else len(self.frames)
+        if run is not None and entry.video == video_name(self.video_path) and run.num_frames == num_frames:
+            self.set_current(run, adopt_queries=True)
+        elif run is not None:
+            self.post_message(f"{entry.describe()} tracked {entry.video}: its tracks are not drawn on this video",
+                              f"open {entry.video} to see them", level="info")
+        self.set_report(entry.report, entry.recorder, entry.analysis)
+        if entry.report is not None and entry.source != "run":  # an opened report: its charts replayed too
+            self.report_replayed.emit((entry.report, entry.source))
+        self.selection_changed.emit()
+        return True
+
+    def set_ab(self, side: str, entry_id: int) -> bool:
+        """Pick an entry as A or B; with both picked they are compared (False and a message when they cannot)."""
+        self.ab[side] = entry_id
+        self.ab_changed.emit()
+        a, b = self.ab["A"], self.ab["B"]
+        return a is not None and b is not None and self.compare_entries(a, b)
+
+    def compare_entries(self, a_id: int, b_id: int) -> bool:
+        """Put two history entries side by side; False (and a plain message) when they cannot be compared."""
+        a, b = self.runs.get(a_id), self.runs.get(b_id)
+        if a is None or b is None:
+            self.post_message("that run is no longer in the history", level="info")
+            return False
+        why = why_not_comparable(a, b)
+        if why is not None:
+            self.post_message(why, "pick two runs of the same video and queries", level="warning")
+            return False
+        assert a.run is not None and b.run is not None
+        self.ab = {"A": a.id, "B": b.id}
+        self.ab_changed.emit()
+        self.compare(a.run, b.run)
+        return True
 
     def compare(self, a: RunData, b: RunData) -> None:
         """Put two runs side by side (with ground truth when it fits both)."""
@@ -166,14 +248,11 @@ class AppState(QObject):
         self.recorder = recorder
         self.report_changed.emit()
 
-    def replay_report(self, report: Report, source: str) -> None:
-        """A report opened from the file ``source`` becomes the current one and is replayed in the charts."""
-        self.set_report(report)
+    def replay_report(self, report: Report, source: str, analysis: Analysis | None = None) -> None:
+        """A report opened from the file ``source`` becomes the current one and is replayed in the charts
+        (analysis: of its whole file, a bench's growth findings included; made here when not given)."""
+        self.set_report(report, analysis=analysis)
         self.report_replayed.emit((report, source))
-
-    def add_run_report(self, report: Report, arrays: tuple[np.ndarray, np.ndarray] | None = None) -> None:
-        """A report for the trade-offs (arrays: the run's tracks [N, T, 2] and visible [N, T], when left out)."""
-        self.run_reported.emit((report, arrays))
 
     # -- configuration and messages ----------------------------------------------------------------------------
     def set_config(self, config: RunConfig, announce: bool = True) -> None:

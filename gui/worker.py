@@ -19,6 +19,9 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 #: how long a shutdown waits for the worker thread to end, ms
 SHUTDOWN_WAIT_MS = 10_000
+#: how long closing the window waits for a run's batch to end before leaving it behind, ms (issue 13: close
+#: returns within 2 s whatever the tracker does; a batch still running then is abandoned, see gui.app.main)
+CLOSE_WAIT_MS = 1_500
 #: values the worker may emit before the GUI has handled them; past this the worker waits (backpressure,
 #: so a fast tracker or a loop cannot flood the GUI's event queue)
 MAX_IN_FLIGHT = 4
@@ -79,8 +82,8 @@ class GeneratorWorker(QObject):
             if isinstance(result, Iterator):
                 result = self._iterate(result)
             self.returned.emit(result)
-        except Exception as exc:  # reported on the GUI thread, never raised into the thread's void
-            self.errored.emit(exc)
+        except BaseException as exc:  # noqa: BLE001 - reported on the GUI thread, never raised into Qt: a
+            self.errored.emit(exc)  # SystemExit or KeyboardInterrupt out of the work must not end the app
         finally:
             self.done.emit()
 

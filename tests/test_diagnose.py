@@ -361,3 +361,15 @@ def test_cold_start_severity_follows_the_one_off_excess_not_the_ratio():
     compile_ = [f for f in dg.diagnose(gpu_report(cold_ms=600.0)) if f.rule == "cold_start"]
     assert setup and setup[0].severity == "info"
     assert compile_ and compile_[0].severity == "warning"
+
+
+def test_findings_of_one_severity_are_ordered_by_the_time_they_explain():
+    from engine.analysis.facts import Finding
+    from engine.analysis.rules import _sorted
+
+    small = Finding("cold_start", "warning", "small", {}, "", stake_ms=30.0)
+    large = Finding("launch_bound", "warning", "large", {}, "", stage="refine", stake_ms=400.0)
+    unknown = Finding("memory_near_capacity", "warning", "no stake", {}, "")
+    critical = Finding("host_sync_per_point", "critical", "critical", {}, "", stake_ms=1.0)
+    assert [x.title for x in _sorted([small, unknown, large, critical])] == ["critical", "large", "small", "no stake"]
+    assert large.to_dict()["stake_ms"] == 400.0 and "stake_ms" not in unknown.to_dict()

@@ -185,7 +185,7 @@ def table_rows(panel: TradeoffPanel) -> dict[str, list[str]]:
     for r in range(panel.table.rowCount()):
         cells = [panel.table.item(r, c).text() for c in range(panel.table.columnCount())]
         points = cells[COL["points/batch"]]
-        out[f"{cells[COL['precision']]}@{cells[COL['device']]}" + ("" if points == "256" else f"/p{points}")] = cells
+        out[f"{cells[COL['precision']]}@{cells[COL['machine']]}" + ("" if points == "256" else f"/p{points}")] = cells
     return out
 
 
@@ -420,10 +420,10 @@ def test_tradeoff_names_shared_columns_once(qtbot):
     for precision, ms in (("fp32", 13.3), ("bf16", 6.1)):
         panel.add_report(make_report(precision, ms))
     hidden = {name for name, c in COL.items() if panel.table.isColumnHidden(c)}
-    assert hidden == {"tracker", "device", "points/batch", "frames/batch", "runs"}
+    assert hidden == {"video", "tracker", "machine", "points/batch", "frames/batch", "runs"}
     assert "corrtrack" in panel.common.text() and "NVIDIA H200" in panel.common.text()
     panel.add_report(make_report("fp32", 20.0, device="Tesla T4"))
-    assert not panel.table.isColumnHidden(COL["device"]) and "T4" not in panel.common.text()
+    assert not panel.table.isColumnHidden(COL["machine"]) and "T4" not in panel.common.text()
 
 
 def test_tradeoff_labels_do_not_overlap(qtbot):

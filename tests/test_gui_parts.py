@@ -276,7 +276,9 @@ def test_sample_two_runs_fill_ab_tradeoff_and_accuracy(qtbot, settings):
     w.tabs.setCurrentWidget(w.tradeoff)
     w.flush_panels()
     assert w.ab_view.run_a is w.history[0] and w.ab_view.run_b is w.history[1]
-    assert len(w.tradeoff.rows) == 2
+    # LK has no batch-size setting (it changes nothing LK computes): both runs are one configuration, n/a
+    assert len(w.tradeoff.rows) == 1 and next(iter(w.tradeoff.rows.values())).precision == "n/a"
+    assert [e.status for e in w.state.runs] == ["finished", "finished"]
     w.close()
 
 

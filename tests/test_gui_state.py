@@ -26,7 +26,7 @@ def _recorder(state: AppState) -> list[str]:
     """The names of the state's signals, in the order they fire."""
     fired: list[str] = []
     for name in ("video_changed", "queries_changed", "current_changed", "tracks_updated", "report_changed",
-                 "report_replayed", "run_reported", "comparison_changed", "config_changed", "message_posted"):
+                 "report_replayed", "comparison_changed", "config_changed", "message_posted"):
         getattr(state, name).connect(lambda *_, n=name: fired.append(n))
     return fired
 
@@ -35,7 +35,8 @@ def test_state_announces_each_change(qtbot):
     state = AppState(RunConfig())
     fired = _recorder(state)
     state.set_video(np.zeros((NUM_FRAMES, SIZE, SIZE, 3), np.uint8), "clip.mp4", {"fps": 10.0})
-    assert fired == ["video_changed", "current_changed"] and state.video_path == "clip.mp4"
+    # report_changed: the Diagnosis tab lets go of the previous video's report
+    assert fired == ["video_changed", "current_changed", "report_changed"] and state.video_path == "clip.mp4"
     q = np.array([[0, 4.0, 4.0], [0, 8.0, 8.0]], np.float32)
     state.set_queries(q)
     state.set_current(_run(q))
@@ -46,7 +47,7 @@ def test_state_announces_each_change(qtbot):
     state.set_config(RunConfig(precision="bf16"))
     state.set_config(RunConfig(precision="fp16"), announce=False)  # the toggles made it: nothing to tell them
     state.post_message("no video", "open one", "warning")
-    assert fired[2:] == ["queries_changed", "current_changed", "tracks_updated", "report_changed",
+    assert fired[3:] == ["queries_changed", "current_changed", "tracks_updated", "report_changed",
                          "config_changed", "message_posted"]
     assert state.config.precision == "fp16" and state.last_message == Message("no video", "open one", "warning")
 

@@ -314,9 +314,10 @@ def test_events_queued_before_a_new_video_do_not_reach_it(qtbot, settings):
 
 
 def test_live_runs_get_their_distance_from_fp32_in_the_tradeoff_table(qtbot, window):
-    """The app's reports leave tracks out; the table compares the runs' own tracks instead."""
+    """The app's reports leave tracks out; the table compares the runs' own tracks instead (a tracker with a
+    precision setting: LK has none, its rows say n/a)."""
     for precision in ("fp32", "tf32"):
-        window.toggles.set_config(RunConfig(tracker="lk", precision=precision, points_per_batch=4))
+        window.toggles.set_config(RunConfig(tracker=SlowTracker.name, precision=precision, points_per_batch=16))
         with qtbot.waitSignal(window.run_finished, timeout=RUN_TIMEOUT_MS):
             window.start_run()
         qtbot.waitUntil(lambda: not window.controller.running, timeout=5000)

@@ -168,3 +168,154 @@ def test_video_write_under_a_file_size_limit_keeps_the_previous_file(tmp_path, e
     with open_video(path) as reader:
         assert reader.info.num_frames == 4
     assert _temp_files(tmp_path) == []
+
+
+# -- reports, bench files, traces, compare --json: the same guarantees ---------------------------------------
+#: a child that makes every atomic write stop half way (after some bytes reach the temp file), says so on
+#: stdout and waits for the signal; WRITE is the write to run
+PAUSED_ATOMIC = """
+    import signal, sys, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    import engine.core.atomic as atomic
+
+    class Paused:
+        def __init__(self, fh):
+            self.fh = fh
+        def write(self, data):
+            self.fh.write(data[: max(1, len(data) // 2)])
+            self.fh.flush()
+            print("writing", flush=True)
+            time.sleep(60)
+        def __getattr__(self, name):
+            return getattr(self.fh, name)
+        def __enter__(self):
+            return self
+        def __exit__(self, *exc):
+            self.fh.close()
+
+    atomic.open = lambda *a, **k: Paused(open(*a, **k))
+    {write}
+"""
+WRITES = {
+    "report": ("r.json", "from engine.report.files import save; save({{'big': 'x' * 100000}}, '{path}')"),
+    "bench file": ("bench.json", "from engine.report.files import save; "
+                                 "from engine.report.schema import BenchFile; save(BenchFile(reports=()), '{path}')"),
+    "trace": ("t.trace.json.gz", "from engine.capture.export import write_trace; "
+                                 "write_trace({{'traceEvents': [{{'name': 'x' * 1000}}] * 200}}, '{path}')"),
+}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("kind", list(WRITES))
+def test_signal_mid_write_of_a_report_bench_file_or_trace_keeps_the_previous_file(tmp_path, sig, kind):
+    name, write = WRITES[kind]
+    path = tmp_path / name
+    path.write_bytes(b"previous good file")
+    child = _child(PAUSED_ATOMIC.replace("{write}", write.format(path=path)))
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "writing", child.communicate()
+    assert _temp_files(tmp_path)
+    child.send_signal(sig)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == -sig, err
+    assert path.read_bytes() == b"previous good file"
+    assert _temp_files(tmp_path) == []
+
+
+def test_report_under_a_file_size_limit_is_a_user_error_and_keeps_the_previous_file(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text('{"previous": true}')
+    script = f"""
+        import resource, sys
+        from engine.core.errors import UserError
+        from engine.report.files import save
+        resource.setrlimit(resource.RLIMIT_FSIZE, ({FSIZE_LIMIT_BYTES}, {FSIZE_LIMIT_BYTES}))
+        try:
+            save({{"big": "x" * {4 * FSIZE_LIMIT_BYTES}}}, "{path}")
+        except UserError as exc:
+            print(exc)
+            sys.exit(2)
+    """
+    child = _child(script)
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 2, (out, err)
+    assert out.startswith(f"{path}: cannot write the report: File too large"), out
+    assert path.read_text() == '{"previous": true}'
+    assert _temp_files(tmp_path) == []
+
+
+def test_trace_under_a_file_size_limit_keeps_the_previous_file(tmp_path):
+    path = tmp_path / "t.trace.json.gz"
+    path.write_bytes(b"previous")
+    script = f"""
+        import resource, sys
+        import numpy as np
+        from engine.capture.export import write_trace
+        rng = np.random.default_rng(0)
+        events = [{{"name": str(v), "ts": float(v)}} for v in rng.random(200000)]  # does not compress away
+        resource.setrlimit(resource.RLIMIT_FSIZE, ({FSIZE_LIMIT_BYTES}, {FSIZE_LIMIT_BYTES}))
+        try:
+            write_trace({{"traceEvents": events}}, "{path}")
+        except OSError as exc:
+            print(exc.strerror)
+            sys.exit(2)
+    """
+    child = _child(script)
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 2 and out.strip() == "File too large", (out, err)
+    assert path.read_bytes() == b"previous"
+    assert _temp_files(tmp_path) == []
+
+
+#: a bench child whose second configuration waits for the signal (the first is written by then)
+PAUSED_BENCH = """
+    import signal, sys, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    import engine.workflows.bench as wb
+    from engine.cli.entry import main
+    real = wb.Bench.run_config
+    done = []
+
+    def run_config(self, config, warmup, repeat):
+        if done:
+            print("second", flush=True)
+            time.sleep(60)
+        done.append(1)
+        return real(self, config, warmup, repeat)
+
+    wb.Bench.run_config = run_config
+    sys.exit(main(["bench", "{video}", "--tracker", "lk", "--device", "cpu", "--precisions", "fp32", "--grid", "2",
+                   "--points-per-batch", "1,2,3", "--warmup", "0", "--repeat", "1", "--no-telemetry", "--no-cost",
+                   "--out", "{out}"]))
+"""
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, -signal.SIGTERM)])
+def test_bench_keeps_its_finished_configurations_on_a_signal(tmp_path, sig, code):
+    from engine.io.video import write_video
+    from engine.report.files import load_bench
+
+    video = tmp_path / "v.mp4"
+    write_video(video, np.zeros((4, 32, 32, 3), np.uint8))
+    out = tmp_path / "bench"
+    child = _child(PAUSED_BENCH.replace("{video}", str(video)).replace("{out}", str(out)))
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "second", child.communicate()
+    child.send_signal(sig)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == code, err
+    kept = load_bench(out / "bench.json")
+    assert [r.label for r in kept.reports] == ["lk fp32 p1 f16"] and kept.extra["complete"] is False
+    assert "Traceback" not in err
+    assert _temp_files(out) == []
+
+
+def test_atomic_write_never_replaces_a_device_or_a_folder(tmp_path):
+    """Renaming over /dev/full as root would swap the device for a file: refused before any temp file."""
+    import stat as stat_module
+
+    for target in (Path("/dev/full"), tmp_path):
+        with pytest.raises(OSError, match="exists and is"), atomic_open(target / "" if target == tmp_path else target):
+            pass
+    assert stat_module.S_ISCHR(os.stat("/dev/full").st_mode)
+    assert list(tmp_path.iterdir()) == []

@@ -24,7 +24,7 @@ from tests.helpers import ConstantVelocityTracker, moving_square_video
 
 DATA = Path(__file__).parent / "data" / "h200"
 REPORT_FILES = sorted(p for p in [*DATA.glob("*.json"), *DATA.glob("planted/*.json")]
-                      if json.loads(p.read_text())["format"] == "trackscope-report")
+                      if json.loads(p.read_text()).get("format") == "trackscope-report")
 SAMPLE = DATA / "corrtrack_fp32_p256_sample.json"
 FUZZ_SOURCE = DATA / "planted" / "cold_compile_fp32_p1024_f16.json"
 FUZZ_SEED = 20261201

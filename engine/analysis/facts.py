@@ -33,6 +33,7 @@ class Finding:
     suggestion: str
     stage: str | None = None
     label: str | None = None  # the report it concerns (diagnose_many)
+    stake_ms: float | None = None  # the time of each run it explains (orders findings of one severity)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"rule": self.rule, "severity": self.severity, "title": self.title,
@@ -42,6 +43,8 @@ class Finding:
             out["stage"] = self.stage
         if self.label is not None:
             out["label"] = self.label
+        if self.stake_ms is not None and math.isfinite(self.stake_ms):
+            out["stake_ms"] = float(self.stake_ms)
         return out
 
 

@@ -81,7 +81,7 @@ def growth_findings(stage_samples: dict[str, list[tuple[float, float]]], f: Fact
                                f"stage {stage} grows as points^{b:.2f}: {hi / lo:.0f}x the points took "
                                f"{ms_hi / ms_lo:.0f}x the time" + (f" ({why})" if why else ""), evidence,
                                "use smaller points per batch for this stage, or replace its all-pairs work "
-                               "by a local/neighbourhood version", stage=stage))
+                               "by a local/neighbourhood version", stage=stage, stake_ms=ms_hi))
         elif f.is_gpu and LINEAR_EXPONENT_RANGE[0] <= b < LINEAR_EXPONENT_RANGE[1] \
                 and ms_hi * 1e3 / hi >= HOST_SYNC_US_PER_POINT and _latency_like(f, stage):
             out.append(Finding("host_sync_per_point", "critical",
@@ -89,14 +89,16 @@ def growth_findings(stage_samples: dict[str, list[tuple[float, float]]], f: Fact
                                "with the GPU mostly waiting: a serial loop with a host sync per point",
                                {**evidence, "gpu_busy_pct": _mean(f.metric("gpu_busy_pct"))},
                                "remove .item()/.cpu()/.tolist() and Python control flow on GPU values from "
-                               "the per-point loop; process all points as one tensor", stage=stage))
+                               "the per-point loop; process all points as one tensor", stage=stage,
+                               stake_ms=ms_hi))
         elif b <= FLAT_EXPONENT and _latency_like(f, stage) and f.share(stage) >= STAGE_SHARE_MIN \
                 and f.ops(stage) >= LAUNCH_MANY_OPS \
                 and stage in (counted_ratio or {}):  # only a stage whose counted work grew
             out.append(Finding("launch_bound", "warning",
                                f"stage {stage} takes about the same time for {hi / lo:.0f}x the points: fixed "
                                "per-op overhead dominates", evidence,
-                               "fuse or vectorise its small ops (torch.compile, CUDA graphs)", stage=stage))
+                               "fuse or vectorise its small ops (torch.compile, CUDA graphs)", stage=stage,
+                               stake_ms=ms_hi))
     return out
 
 

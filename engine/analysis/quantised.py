@@ -61,5 +61,5 @@ def rule_quantised_slower(reports: Sequence[Report]) -> list[Finding]:
              **{f"{s}_extra_ms": d for s, d in losses.items()}},
             f"quantisation overhead (scales, quantise, pad, rescale per GEMM) exceeds what the {r.precision} "
             f"GEMMs save at these sizes: keep {base.precision}, or quantise only the largest matmuls",
-            stage=worst, label=r.label or None))
+            stage=worst, label=r.label or None, stake_ms=ms - base_ms))
     return out

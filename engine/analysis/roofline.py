@@ -130,3 +130,24 @@ def report_cost(report: Report, spec: specs.GPUSpec | None = None) -> Cost | Non
                                 precision=precision, peak_tflops=pk.flops / 1e12, peak_path=pk.path,
                                 peak_note=pk.note)
     return Cost(stages=stages, spec=spec)
+
+
+def format_roofline(cost: Cost) -> str:
+    """Aligned text: each counted stage's work, achieved rates, percent of its roofline and bound."""
+    from engine.core.units import ms_value
+
+    def num(value: float | None) -> str:
+        if value is None:
+            return "-"
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+    rows = [("stage", "bound", "precision", "GFLOP", "MB", "ms", "TFLOP/s", "GB/s", "% of roofline")]
+    for name, s in cost.stages.items():
+        rows.append((name, s.bound, f"{s.precision} {s.peak_path}".strip(), num(s.flops / 1e9), num(s.bytes / 1e6),
+                     ms_value(s.ms), num(s.achieved_tflops), num(s.achieved_gbps),
+                     f"{s.pct_of_roofline:.0f}" if s.pct_of_roofline is not None else "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [f"roofline on {cost.spec.name} ({cost.spec.source}); {BYTES_NOTE}"]
+    for r in rows:
+        lines.append("  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]).rstrip())
+    return "\n".join(lines)

@@ -86,7 +86,7 @@ def rule_precision_gate(f: Facts) -> list[Finding]:
     if not f.is_gpu:
         suggestion = "on the CPU choose fp32 (or bf16); tf32 changes nothing here"
     return [Finding("precision_unsupported", severity, g.reason,
-                    {"compute_capability": _cc(f), "warm_ms": f.warm_ms}, suggestion)]
+                    {"compute_capability": _cc(f), "warm_ms": f.warm_ms}, suggestion, stake_ms=f.warm_ms)]
 
 
 def _compute_stages(f: Facts, any_bound: bool = False) -> dict[str, StageRoofline]:
@@ -126,7 +126,8 @@ def rule_tf32_off(f: Facts) -> list[Finding]:
     return [Finding("tf32_off", severity,
                     f"fp32 with TF32 off on a CC {_cc(f):.1f} card: matmul-heavy {stages} use no tensor cores",
                     evidence, "run with --precision tf32 (TF32 tensor cores, ~1e-3 relative error) or bf16; "
-                    "compare accuracy in the bench table", stage=max(heavy, key=f.share) if heavy else None)]
+                    "compare accuracy in the bench table", stage=max(heavy, key=f.share) if heavy else None,
+                    stake_ms=ms)]
 
 
 def rule_host_bound(f: Facts) -> list[Finding]:
@@ -151,7 +152,8 @@ def rule_host_bound(f: Facts) -> list[Finding]:
     return [Finding("host_bound", "warning", title, evidence,
                     "find the host work between kernels (a profiler's CPU trace): Python loops over points, "
                     ".item()/.cpu() syncs, decoding; batch it into larger tensor ops or capture it in CUDA "
-                    "graphs", stage=top if "ops_per_point" in evidence else None)]
+                    "graphs", stage=top if "ops_per_point" in evidence else None,
+                    stake_ms=f.warm_ms * (1.0 - busy / 100.0) if math.isfinite(busy) else f.warm_ms)]
 
 
 def rule_launch_bound(f: Facts) -> list[Finding]:
@@ -170,12 +172,13 @@ def rule_launch_bound(f: Facts) -> list[Finding]:
                            {"ops": ops, "us_per_op": ms * 1e3 / ops, "bytes_per_op": bytes_per_op,
                             "stage_ms": ms, "stage_share": f.share(name), "pct_of_roofline": pct},
                            "fuse the small ops (vectorise the loop over frames/iterations, torch.compile, "
-                           "or CUDA graphs on the GPU)", stage=name))
+                           "or CUDA graphs on the GPU)", stage=name, stake_ms=ms))
     busy, sm = _mean(f.warm_metric("gpu_busy_pct")), _mean(f.warm_metric("sm_active_pct"))
     if f.is_gpu and not out and busy >= LAUNCH_GPU_BUSY_MIN_PCT and sm <= LAUNCH_SM_ACTIVE_MAX_PCT:
         out.append(Finding("launch_bound", "warning", f"GPU 'busy' {busy:.0f}% but SMs active only {sm:.1f}%: "
                            "many tiny kernels", {"gpu_busy_pct": busy, "sm_active_pct": sm},
-                           "fuse small kernels (torch.compile, CUDA graphs) and batch points and frames"))
+                           "fuse small kernels (torch.compile, CUDA graphs) and batch points and frames",
+                           stake_ms=f.warm_ms))
     return out
 
 
@@ -187,7 +190,8 @@ def rule_untimed_host_work(f: Facts) -> list[Finding]:
         return []
     return [Finding("untimed_work", "info", f"{f.warm_ms - total:.1f} ms of each run is outside every stage",
                     {"warm_ms": f.warm_ms, "stage_sum_ms": total, "ratio": f.warm_ms / total},
-                    "time the rest as stages (declare stages, or split the module into submodules) to see it")]
+                    "time the rest as stages (declare stages, or split the module into submodules) to see it",
+                    stake_ms=f.warm_ms - total)]
 
 
 def rule_cold_start(f: Facts) -> list[Finding]:
@@ -213,7 +217,7 @@ def rule_cold_start(f: Facts) -> list[Finding]:
     return [Finding("cold_start", severity, f"the first run took {ratio:.1f}x the warm median{where}: "
                     "compilation, autotuning or lazy initialisation", evidence,
                     "warm up before timing; cache compiled kernels/autotune results across runs "
-                    "(TORCHINDUCTOR cache, cudnn.benchmark once per shape)", stage=worst)]
+                    "(TORCHINDUCTOR cache, cudnn.benchmark once per shape)", stage=worst, stake_ms=extra)]
 
 
 def rule_memory_near_capacity(f: Facts) -> list[Finding]:
@@ -257,7 +261,8 @@ def rule_clocks_limited(f: Facts) -> list[Finding]:
                      "temperature_c": _mean(f.metric("temperature_c")), "power_w": _mean(f.metric("power_w")),
                      "power_limit_w": _mean(f.metric("power_limit_w"))},
                     "check cooling and the power limit (nvidia-smi -q -d PERFORMANCE); lower precision "
-                    "cuts power per FLOP")]
+                    "cuts power per FLOP",
+                    stake_ms=f.warm_ms * (1.0 - below) if math.isfinite(below) else None)]
 
 
 def rule_pcie_below_max(f: Facts) -> list[Finding]:
@@ -277,7 +282,8 @@ def rule_pcie_below_max(f: Facts) -> list[Finding]:
                     {"pcie_gen": float(np.nanmedian(gen[busy])), "pcie_max_gen": max_gen,
                      "pcie_width": float(np.nanmedian(width[busy])), "pcie_max_width": max_width,
                      "down_share": float(down.mean()), "transfer_stage_share": transfer},
-                    "reseat the card or check the slot/BIOS link settings; keep data on the GPU between runs")]
+                    "reseat the card or check the slot/BIOS link settings; keep data on the GPU between runs",
+                    stake_ms=transfer * f.warm_ms)]
 
 
 def rule_below_roofline(f: Facts, explained: set[str]) -> list[Finding]:
@@ -294,7 +300,8 @@ def rule_below_roofline(f: Facts, explained: set[str]) -> list[Finding]:
                             "achieved_tflops": _nan(c.achieved_tflops),
                             "achieved_gbps": _nan(c.achieved_gbps), "stage_share": f.share(name)},
                            "profile this stage (Nsight Systems shows it by name); look for layout copies, "
-                           "gathers and ops in fp32 under autocast", stage=name))
+                           "gathers and ops in fp32 under autocast", stage=name,
+                           stake_ms=ms - _nan(c.roofline_ms) if math.isfinite(_nan(c.roofline_ms)) else ms))
     return out
 
 
@@ -309,9 +316,15 @@ def _explained(findings: list[Finding]) -> set[str]:
     return {x.stage for x in findings if x.stage and x.rule in ("launch_bound", "host_sync_per_point", "tf32_off")}
 
 
+def _rank(x: Finding) -> tuple[int, float]:
+    """Most severe first; within a severity, the finding that explains the most time first."""
+    stake = x.stake_ms if x.stake_ms is not None and math.isfinite(x.stake_ms) else 0.0
+    return _ORDER.get(x.severity, 9), -stake
+
+
 def _sorted(findings: list[Finding]) -> list[Finding]:
     seen, out = set(), []
-    for x in sorted(findings, key=lambda x: _ORDER.get(x.severity, 9)):
+    for x in sorted(findings, key=_rank):
         key = (x.rule, x.stage, x.label)
         if key not in seen:
             seen.add(key)

@@ -1,6 +1,8 @@
 """The precision trade-off model: one row per run configuration, its speedup and divergence from fp32.
 
-Rows come from run reports (a session's runs, or the reports of a ``bench`` file). The baseline rule,
+Rows come from run reports (a session's runs, or the reports of a ``bench`` file). A setting the
+tracker does not use (LK: precision and batch sizes) reads PRECISION_UNUSED / None, never whatever the
+config held; a setting changed during a run reads as every value it took ("64→32"). The baseline rule,
 shared with ``trackscope bench``: a row's baseline is the fp32 run of the same video, tracker, device,
 number of points *and* batch sizes. Only then does the speedup measure the precision alone; an fp32 run
 at other batch sizes would mix the batch-size effect into it, so a row without such a run has none.
@@ -26,6 +28,10 @@ PX_FROM_REPORT, PX_FROM_TRACKS, PX_BASELINE = "report", "tracks", "baseline"
 #: what a row's memory figure measures
 MEMORY_DEVICE_PEAK, MEMORY_PROCESS_RSS = "device peak", "process RSS"
 MS_WARM, MS_COLD = "warm median", "cold"
+PRECISION_UNUSED = "n/a"  # the precision of a tracker that has none to set (LK: OpenCV on the CPU)
+VALUE_CHANGE = "→"  # joins the values a setting took during a run: "fp32→bf16", "64→32"
+#: the settings a tracker uses unless its description lists them (``tunable``)
+DEFAULT_TUNABLE = ("precision", "points_per_batch", "frames_per_batch")
 
 
 def number(value: Any) -> float | None:
@@ -81,6 +87,9 @@ class TradeoffRow:
     baseline: TradeoffRow | None = field(default=None, repr=False)
     num_runs: int = 0
     arrays: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)  # a live run's tracks
+    #: every batch size the run used, in order (one value: a fixed size; empty: the tracker has none)
+    points_per_batch_seen: tuple[int, ...] = ()
+    frames_per_batch_seen: tuple[int, ...] = ()
 
     def tracks(self) -> tuple[np.ndarray, np.ndarray] | None:
         """(tracks [N, T, 2], visible [N, T]): the live run's, else the report's, else None."""
@@ -90,15 +99,53 @@ class TradeoffRow:
         return None if found is None else (found[1], found[2])
 
     @property
+    def points_per_batch_text(self) -> str:
+        """The points per batch as a cell: '256', '64→32' (changed during the run), '' (not a setting)."""
+        return joined(self.points_per_batch_seen)
+
+    @property
+    def frames_per_batch_text(self) -> str:
+        """The frames per batch as a cell (as ``points_per_batch_text``)."""
+        return joined(self.frames_per_batch_seen)
+
+    @property
     def label(self) -> str:
-        """Precision and batch sizes, e.g. 'fp16 p256 f16'."""
-        return f"{self.precision} p{self.points_per_batch} f{self.frames_per_batch}"
+        """Precision and batch sizes, e.g. 'fp16 p256 f16' (only the settings the tracker uses)."""
+        parts = [self.precision] if self.precision != PRECISION_UNUSED else [self.tracker]
+        parts += [f"p{self.points_per_batch_text}"] if self.points_per_batch_seen else []
+        parts += [f"f{self.frames_per_batch_text}"] if self.frames_per_batch_seen else []
+        return " ".join(parts)
 
     @property
     def baseline_key(self) -> tuple:
-        """What a baseline must share with this row: video, tracker, device, points and batch sizes."""
-        return (self.video, self.tracker, self.device, self.num_points, self.points_per_batch,
-                self.frames_per_batch)
+        """What a baseline must share with this row: video, tracker, device, points and batch sizes (a run
+        whose batch size changed shares them with no fixed-size run)."""
+        return (self.video, self.tracker, self.device, self.num_points, self.points_per_batch_seen,
+                self.frames_per_batch_seen)
+
+
+def tunable_settings(report: Report) -> tuple[str, ...]:
+    """The run settings the report's tracker uses (its description's ``tunable``; all of them when unsaid)."""
+    tunable = report.tracker.details.get("tunable", DEFAULT_TUNABLE)
+    return tuple(tunable) if isinstance(tunable, (list, tuple)) else DEFAULT_TUNABLE
+
+
+def values_taken(report: Report, setting: str) -> tuple[Any, ...]:
+    """Every value ``setting`` took over the report's batches, in order of first use (the config's when the
+    batches do not say)."""
+    seen: list[Any] = []
+    for run in report.runs:
+        for batch in run.batches:
+            if batch.config is not None:
+                value = getattr(batch.config, setting)
+                if value not in seen:
+                    seen.append(value)
+    return tuple(seen) or (getattr(report.config, setting),)
+
+
+def joined(values: Iterable[Any]) -> str:
+    """Values a setting took, as one cell: '64', '64→32'."""
+    return VALUE_CHANGE.join(str(v) for v in values)
 
 
 def _peak_rss(report: Report) -> float | None:
@@ -121,7 +168,12 @@ def row_from_report(report: Report | Mapping[str, Any],
     if "weights" in described and not described["weights"]:  # a learned tracker run without trained weights
         tracker += UNTRAINED_MARK
     device = device_of(report)
-    ppb, fpb = config.points_per_batch, config.frames_per_batch
+    tunable = tunable_settings(report)
+    precision = joined(values_taken(report, "precision")) if "precision" in tunable else PRECISION_UNUSED
+    ppb_seen = values_taken(report, "points_per_batch") if "points_per_batch" in tunable else ()
+    fpb_seen = values_taken(report, "frames_per_batch") if "frames_per_batch" in tunable else ()
+    ppb = ppb_seen[0] if len(ppb_seen) == 1 else None
+    fpb = fpb_seen[0] if len(fpb_seen) == 1 else None
     video = report.video.name or report.video.path
     num_points = totals.num_points
     ms, basis = typical_ms(report)
@@ -130,9 +182,10 @@ def row_from_report(report: Report | Mapping[str, Any],
     memory, memory_kind = number(totals.peak_memory_bytes), MEMORY_DEVICE_PEAK
     if memory is None:
         memory, memory_kind = _peak_rss(report), MEMORY_PROCESS_RSS
-    key = (tracker, device, config.precision, ppb, fpb, video, num_points)
-    return TradeoffRow(key=key, report=report, tracker=tracker, device=device, precision=config.precision,
+    key = (tracker, device, precision, ppb_seen, fpb_seen, video, num_points)
+    return TradeoffRow(key=key, report=report, tracker=tracker, device=device, precision=precision,
                        points_per_batch=ppb, frames_per_batch=fpb, video=video, num_points=num_points,
+                       points_per_batch_seen=ppb_seen, frames_per_batch_seen=fpb_seen,
                        ms=ms, ms_basis=basis, frames_per_s=number(totals.frames_per_s),
                        peak_memory_bytes=memory, memory_kind=memory_kind,
                        aj=number(accuracy.aj) if accuracy is not None else None,

@@ -11,6 +11,14 @@ The precision is taken as it would run on the target: tf32 below compute capabil
 fp32, bf16 without bf16 units is emulated (priced at the fp32 rate: a best case). Latency- and
 host-bound stages keep their observed time (latency-bound ones at least the target's roofline time):
 launches, syncs and host work do not follow the peaks.
+
+A quantised mode (int8, fp8) takes the path the target really has: fp8 without fp8 units runs on int8
+tensor cores where there are some, else fp16 (``engine.telemetry.specs.peak``), and its unquantised ops,
+counted in bf16 on the source, run under fp16 autocast on a card without bf16 units (below CC 8.0), as
+the quantised trackers do there. The path is named in the result (``mode_path``) and the assumptions.
+
+The work counted while no stage was open (``(unstaged)``) is placed against the time of a run spent
+outside every stage, and projected like a stage.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engine.analysis.roofline import report_cost
+from engine.analysis.roofline import report_cost, roofline
 from engine.core.errors import UserError
 from engine.core.units import ms_value
 from engine.report.schema import Report, as_report
@@ -27,6 +35,35 @@ from engine.telemetry import specs
 
 #: bounds whose time does not follow the device's peaks; kept at the observed time
 KEPT_BOUNDS = ("latency", "host", "unknown")
+#: the stage work done outside every stage is booked to (engine.analysis.cost.UNSTAGED)
+UNSTAGED = "(unstaged)"
+#: modes whose GEMMs are quantised; their other ops run under a float autocast
+QUANTISED_MODES = ("int8", "fp8")
+#: where a report's extra says how its work was counted on demand (engine.workflows.count writes it)
+COUNTED_KEY = "work_counted"
+
+
+def counted_notes(report: Report) -> list[str]:
+    """How the report's work was counted on demand, as assumption lines ([] when the run counted it)."""
+    info = report.extra.get(COUNTED_KEY)
+    if not isinstance(info, Mapping):
+        return []
+    shape = "x".join(str(v) for v in info.get("shape") or ()) or "?"
+    lines = [f"cost model counted on demand on {info.get('device', '?')} from {info.get('inputs', '?')} "
+             f"({shape} frames x height x width, {info.get('num_points', '?')} points): FLOPs and bytes follow "
+             "the shapes, not the pixel values"]
+    lines.extend(str(n) for n in info.get("notes") or ())
+    return lines
+
+
+def _target_peak(target: specs.GPUSpec, prec: str, mode: str) -> tuple[str, specs.Peak]:
+    """The precision a stage counted in ``prec`` runs at on ``target`` in ``mode``, and its peak there."""
+    if mode in QUANTISED_MODES and prec == "bf16" and specs.peak(target, "bf16").path == "emulated":
+        fp16 = specs.peak(target, "fp16")
+        return "fp16", specs.Peak(fp16.flops, "fp16 instead",
+                                  f"{mode} on {target.name}: its unquantised ops run under fp16 autocast there "
+                                  "(bf16 needs CC 8.0), projected at fp16")
+    return prec, specs.peak(target, prec)
 
 
 def target_spec(name: str) -> specs.GPUSpec:
@@ -55,7 +92,8 @@ def project(report: Report | Mapping[str, Any], target_gpu: str) -> dict[str, An
     if cost is None or not cost.stages:
         raise UserError(f"report {report.short_label()!r} has no cost model (FLOPs and bytes per stage), "
                         "so it cannot be projected",
-                        "record it with trackscope bench, which counts it (unless --no-cost)")
+                        "count it on demand: trackscope compare REPORT --what-if GPU (the tracker must be "
+                        "importable), or record it with trackscope bench, which counts it (unless --no-cost)")
     source = cost.spec
     mode = report.precision
     observed = report.stage_ms
@@ -73,6 +111,17 @@ def project(report: Report | Mapping[str, Any], target_gpu: str) -> dict[str, An
     if source.estimated:
         assumptions.append(f"the source peaks are estimates ({source.source}): the carried-over efficiency "
                            "is rough")
+    assumptions.extend(counted_notes(report))
+    mode_path = ""
+    if mode in QUANTISED_MODES:
+        mode_peak = specs.peak(target, mode)
+        mode_path = mode_peak.path
+        if mode_peak.note:
+            assumptions.append(f"{mode} mode on {target.name}: {mode_peak.note}")
+    observed_total = report.typical_run_ms
+    staged_observed = sum(observed.values())
+    outside = max(0.0, (observed_total or staged_observed) - staged_observed)
+    unstaged_placed = False
     notes: set[str] = set()
     kept: list[str] = []
     stages: dict[str, dict[str, Any]] = {}
@@ -80,10 +129,14 @@ def project(report: Report | Mapping[str, Any], target_gpu: str) -> dict[str, An
         ms = observed.get(name, entry.ms)
         prec = entry.precision or mode
         src_peak = specs.peak(source, prec)
-        tgt_peak = specs.peak(target, prec)
+        prec_on_target, tgt_peak = _target_peak(target, prec, mode)
         if tgt_peak.note:
-            notes.add(f"{prec} on {target.name}: {tgt_peak.note}")
-        row = {"observed_ms": ms, "projected_ms": ms, "bound": entry.bound, "precision": prec,
+            notes.add(tgt_peak.note if prec_on_target != prec else f"{prec} on {target.name}: {tgt_peak.note}")
+        bound = entry.bound
+        if name == UNSTAGED and ms is None and outside > 0:  # its time: the run's time outside every stage
+            ms, unstaged_placed = outside, True
+            bound = roofline(entry.flops, entry.bytes, ms, src_peak.flops, src_bw).bound
+        row = {"observed_ms": ms, "projected_ms": ms, "bound": bound, "precision": prec,
                "target_path": tgt_peak.path, "efficiency": None, "source_roofline_ms": None,
                "target_roofline_ms": None, "kept": True}
         flops, nbytes = float(entry.flops), float(entry.bytes)
@@ -114,14 +167,15 @@ def project(report: Report | Mapping[str, Any], target_gpu: str) -> dict[str, An
         assumptions.append("kept at the observed time, or the target's roofline time where that is longer "
                            "(launch, sync and host costs do not follow the peaks): " + ", ".join(kept))
     assumptions.extend(sorted(notes))
-    observed_total = report.typical_run_ms
-    staged_observed = sum(r["observed_ms"] or 0.0 for r in stages.values())
-    outside = max(0.0, (observed_total or staged_observed) - staged_observed)
-    if outside > 0:
+    if unstaged_placed:
+        assumptions.append(f"{UNSTAGED}: the {outside:.2f} ms per run outside any stage, with the work counted "
+                           "while no stage was open")
+    elif outside > 0:
         assumptions.append(f"{outside:.2f} ms per run outside any stage kept as observed")
-    projected_total = sum(r["projected_ms"] or 0.0 for r in stages.values()) + outside
+    projected_total = sum(r["projected_ms"] or 0.0 for r in stages.values()) + (0.0 if unstaged_placed else outside)
     return {
         "report": report.short_label(), "source": source.name, "target": target.name, "precision": mode,
+        "mode_path": mode_path,
         "stages": stages, "observed_ms": observed_total if observed_total is not None else staged_observed,
         "projected_ms": projected_total, "outside_stages_ms": outside, "assumptions": assumptions,
     }
@@ -130,9 +184,17 @@ def project(report: Report | Mapping[str, Any], target_gpu: str) -> dict[str, An
 _fmt_ms = ms_value  # engine.core.units owns how a time is written
 
 
+def mode_label(result: Mapping[str, Any]) -> str:
+    """The precision mode and, for a quantised mode the target lacks, the path it takes: 'fp8 on its int8 path'."""
+    path = str(result.get("mode_path") or "")
+    if path.endswith(" instead"):
+        return f"{result['precision']} on its {path.removesuffix(' instead')} path"
+    return str(result["precision"])
+
+
 def format_projection(result: dict[str, Any]) -> str:
     """Aligned text: per stage observed vs projected ms, then the assumptions."""
-    lines = [f"what-if: {result['report']}", f"  {result['source']} -> {result['target']} ({result['precision']})",
+    lines = [f"what-if: {result['report']}", f"  {result['source']} -> {result['target']} ({mode_label(result)})",
              ""]
     header = ("stage", "bound", "precision", "observed ms", "projected ms", "x")
     rows = [header]

@@ -4,8 +4,7 @@ trackscope's stages and module calls are already ranges in it (``trackscope.stag
 ``trackscope.module:PATH`` user annotations); the captured run is ``trackscope.run``. To keep a
 1024-query run's file small, Python frames are kept only where they explain something: the frames
 enclosing a host sync (its call site and the chain above it, up to ``PYTHON_CHAIN``) and frames of
-user code longer than ``PYTHON_MIN_US``. The write is atomic (a temp file in the same folder, then
-``os.replace``).
+user code longer than ``PYTHON_MIN_US``. The write is atomic (engine.core.atomic).
 """
 
 from __future__ import annotations
@@ -13,13 +12,12 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
 from engine.capture.attribution import is_library_file
 from engine.capture.trace import PY_FRAME, runtime_kind
+from engine.core.atomic import atomic_open
 
 PYTHON_MIN_US = 200.0  # user-code python frames at least this long stay in the file
 PYTHON_CHAIN = 12  # frames kept above each sync
@@ -75,19 +73,13 @@ def slim_chrome_trace(chrome: Mapping[str, Any], *, keep_python: bool = False) -
 
 
 def write_trace(chrome: Mapping[str, Any], path: str | Path, *, keep_python: bool = False) -> Path:
-    """Write ``chrome`` (a profiler Chrome trace) gzipped to ``path``, atomically; returns the path."""
+    """Write ``chrome`` (a profiler Chrome trace) gzipped to ``path``, atomically; returns the path.
+
+    The file gets the umask's mode; an interrupted or refused write leaves the previous file and no temp file.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = slim_chrome_trace(chrome, keep_python=keep_python)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
-            gz.write(json.dumps(data, separators=(",", ":")).encode("utf-8"))
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
+        gz.write(json.dumps(data, separators=(",", ":")).encode("utf-8"))
     return path

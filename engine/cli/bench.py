@@ -6,10 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from engine.cli.common import add_tracker_arguments
+from engine.cli.common import add_tracker_arguments, check_output_folder, check_output_path
 from engine.core.config import RunConfig
 from engine.core.errors import UserError
+from engine.run.device_memory import ELEMENT_BYTES, check_run_device_memory
 from engine.workflows.bench import (
+    BENCH_FILE,
     DEFAULT_FRAMES_PER_BATCH,
     DEFAULT_POINTS_PER_BATCH,
     DEFAULT_PRECISIONS,
@@ -17,11 +19,12 @@ from engine.workflows.bench import (
     DEFAULT_WARMUP,
     OVERHEAD_TARGET,
     Bench,
+    BenchWriter,
     _int_list,
     _precision_list,
     format_table,
     load_input,
-    write_outputs,
+    planned_configurations,
 )
 
 
@@ -37,7 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--points", type=int, metavar="N", help="N pseudo-random queries on frame 0")
     p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, help="warm-up runs per configuration")
     p.add_argument("--repeat", type=int, default=DEFAULT_REPEAT, help="timed runs per configuration")
-    p.add_argument("--out", type=Path, metavar="DIR", help="write per-configuration reports and bench.json here")
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help="write per-configuration reports and bench.json here, each configuration as it finishes "
+                        "(Ctrl-C keeps the finished ones)")
     p.add_argument("--diagnose", action="store_true",
                    help="append the diagnosis (findings) to the output (reports keep measurements only)")
     p.add_argument("--no-telemetry", action="store_true", help="do not sample GPU/CPU telemetry")
@@ -56,9 +61,27 @@ def run(args: argparse.Namespace) -> int:
     frames = _int_list(args.frames_per_batch, "--frames-per-batch")
     if args.warmup < 0 or args.repeat < 1:
         raise UserError(f"--warmup must be >= 0 and --repeat >= 1, got {args.warmup} and {args.repeat}")
+    writer_out = None
+    if args.out is not None:  # before decoding or running anything: exit 2 with the reason
+        writer_out = check_output_folder(args.out, "--out")
+        if writer_out.is_dir():
+            check_output_path(writer_out / BENCH_FILE, "--out")
     data = load_input(args)
     bench = Bench(data, args.tracker, args.device, timing=not args.no_timing, telemetry=not args.no_telemetry,
                   cost=not args.no_cost, deep=args.deep, trace_dir=args.out)
+    try:  # the largest configuration, before any runs (a CUDA device only)
+        num_frames, height, width = data.frames.shape[:3]
+        check_run_device_memory(bench.tracker, bench.device, str(data.info.get("path")), num_frames=num_frames,
+                                width=width, height=height, num_queries=len(data.queries),
+                                points_per_batch=max(points), frames_per_batch=max(frames),
+                                precision=max(precisions, key=lambda p: ELEMENT_BYTES.get(p, 4)))
+    except BaseException:
+        bench.close()
+        raise
+    writer = None
+    if writer_out is not None:
+        writer = BenchWriter(writer_out, bench, planned_configurations(precisions, points, frames))
+        writer.start()
     try:
         print(f"trackscope bench: {args.tracker} on {bench.device}, video {data.info.get('path')} "
               f"({data.frames.shape[0]} frames {data.frames.shape[2]}x{data.frames.shape[1]}), "
@@ -73,7 +96,12 @@ def run(args: argparse.Namespace) -> int:
                   f"off {overhead['off_ms_median']:.2f} ms, ratio {overhead['ratio']:.4f} "
                   f"(target <= {OVERHEAD_TARGET:.2f}, {int(overhead['runs_each'])} runs each)")
         else:
-            bench.sweep(precisions, points, frames, args.warmup, args.repeat)
+            try:
+                bench.sweep(precisions, points, frames, args.warmup, args.repeat,
+                            on_row=writer.row_done if writer is not None else None)
+            except KeyboardInterrupt:
+                _interrupted(bench, writer)
+                raise
             print(format_table(bench.rows))
         if args.diagnose and bench.reports:
             from engine.analysis.analyse import analyse_many
@@ -81,9 +109,19 @@ def run(args: argparse.Namespace) -> int:
 
             print("\nfindings:")
             print(format_findings(list(analyse_many(bench.reports).findings)))
-        if args.out is not None:
-            path = write_outputs(args.out, bench, overhead)
+        if writer is not None:
+            path = writer.finish(overhead)
             print(f"trackscope bench: wrote {path}", file=sys.stderr)
     finally:
         bench.close()
     return 0
+
+
+def _interrupted(bench: Bench, writer: BenchWriter | None) -> None:
+    """Ctrl-C during the sweep: the table so far, and where the finished configurations are kept."""
+    finished = sum(1 for r in bench.rows if r.ms_median is not None)
+    if bench.rows:
+        print(format_table(bench.rows))
+    if writer is not None and bench.rows:
+        print(f"trackscope bench: interrupted; {finished} finished configuration(s) kept in {writer.path}",
+              file=sys.stderr)

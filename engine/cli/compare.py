@@ -1,15 +1,22 @@
-"""`trackscope compare A.json B.json [--what-if GPU]`: two reports stage by stage, or a projection."""
+"""`trackscope compare A.json B.json [--what-if GPU]`: two reports stage by stage, or a projection.
+
+A report without a cost model (a live run's, a ``track --report`` file) has it counted on demand for
+the what-if: its tracker rebuilt and run once on ``--count-device`` (engine.workflows.count).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from engine.analysis.compare import compare_reports, format_compare
 from engine.analysis.whatif import format_projection, project
+from engine.core.atomic import atomic_open
 from engine.core.errors import ReportError, UserError
+from engine.core.outputs import check_output_path, write_error
 from engine.report.files import load_reports
 from engine.report.schema import Report
 
@@ -33,17 +40,31 @@ def _select(spec: str) -> Report:
     return matches[0]
 
 
+def _note(text: str) -> None:
+    print(f"trackscope compare: {text}", file=sys.stderr)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("reports", nargs="+", metavar="REPORT",
                         help="report JSON files (A and B); FILE#N picks report N of a bench file")
     parser.add_argument("--what-if", metavar="GPU", dest="what_if",
                         help="project each report onto this GPU from the spec table (e.g. 'Tesla T4')")
+    parser.add_argument("--count-device", default="cpu", metavar="DEVICE",
+                        help="where the what-if counts the cost model of a report that has none (one pass of "
+                             "its tracker; default: cpu)")
     parser.add_argument("--json", metavar="PATH", help="also write the comparison (or projection) as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.json:
+        check_output_path(Path(args.json), "--json")  # before reading anything: exit 2 with the reason
     reports = [_select(s) for s in args.reports]
     if args.what_if:
+        from engine.analysis.whatif import target_spec
+        from engine.workflows.count import with_counted_work
+
+        target_spec(args.what_if)  # an unknown GPU fails before any counting
+        reports = [with_counted_work(r, device=args.count_device, log=_note) for r in reports]
         results = [project(r, args.what_if) for r in reports]
         print("\n\n".join(format_projection(r) for r in results))
         payload: Any = results if len(results) > 1 else results[0]
@@ -54,5 +75,9 @@ def run(args: argparse.Namespace) -> int:
         payload = compare_reports(reports[0], reports[1])
         print(format_compare(payload))
     if args.json:
-        Path(args.json).write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
+        try:
+            with atomic_open(Path(args.json), "w", encoding="utf-8") as fh:
+                fh.write(json.dumps(payload, indent=1, default=str))
+        except OSError as exc:
+            raise write_error(args.json, "comparison", exc) from exc
     return 0

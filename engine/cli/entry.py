@@ -1,6 +1,8 @@
 """`trackscope ...`: the command line. `trackscope` alone opens the GUI.
 
-Exit codes: 0 success, 2 bad usage or bad input (one-line reason on stderr), 1 internal error.
+Exit codes: 0 success, 2 bad usage or bad input (one-line reason on stderr), 1 internal error, 130 Ctrl-C.
+The host running out of memory (MemoryError) and a write the disk refuses (full, read-only, a size
+limit) are exit 2 with one line, never a traceback.
 Subcommands owned by other modules expose ``add_arguments(parser)`` and ``run(args) -> int``.
 Verbs owned outside the engine (the app's ``gui``) are found through the ``trackscope.commands``
 entry point group (pyproject.toml), so the engine names no app module.
@@ -11,12 +13,15 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import logging
+import os
 import sys
 import traceback
 from pathlib import Path
 from typing import NoReturn, Sequence
 
 from engine.core.errors import UserError
+from engine.core.outputs import is_write_error
 
 #: subcommand -> (module, one-line help); each module has add_arguments(parser) and run(args)
 SUBCOMMANDS = {
@@ -34,6 +39,8 @@ ENTRY_POINT_GROUP = "trackscope.commands"
 DEFAULT_VERB = "gui"
 #: help lines of the verbs the engine expects from entry points (the module itself is not named here)
 ENTRY_POINT_HELP = {DEFAULT_VERB: "open the desktop app (on a video or a report to replay)"}
+#: what to do when the host runs out of memory
+MEMORY_HINT = "track fewer frames (--max-frames N), a shorter clip, or fewer points"
 
 
 def commands() -> dict[str, tuple[str, str]]:
@@ -70,6 +77,7 @@ def _looks_like_command(word: str) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    own_command = argv is None  # the process's own command line, not a caller's main([...])
     argv = list(sys.argv[1:] if argv is None else argv)
     verbs = commands()
     first = argv[0] if argv else ""
@@ -90,6 +98,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"trackscope: cannot start {command or 'trackscope'}: {exc}", file=sys.stderr)
         return 1
     args = parser.parse_args(argv)
+    code = _run(args)
+    if own_command:  # threads a plugin left cannot hold the process (a caller's own threads are its own)
+        exit_past_lingering_threads(code)
+    return code
+
+
+def exit_past_lingering_threads(code: int) -> None:
+    """When threads a plugin left (non-daemon, or abandoned calls) are still running: name them, flush and
+    end the process with ``code`` now instead of waiting for them forever. Returns when there are none."""
+    from engine.trackers.guard import lingering_threads
+
+    left = lingering_threads()
+    if not left:
+        return
+    names = ", ".join(repr(t.name) for t in left)
+    print(f"trackscope: warning: {len(left)} thread(s) still running after the command ({names}), most likely "
+          "a plugin's; exiting without waiting for them", file=sys.stderr)
+    logging.shutdown()  # what atexit would have flushed
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed (a reader that left): nothing more to write
+            pass
+    os._exit(code)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command; its exit code (errors printed as one line, internal ones with the traceback)."""
     try:
         return int(args._module.run(args) or 0)
     except UserError as exc:
@@ -101,10 +137,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("trackscope: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:  # host out of memory: the estimate (engine.run.memory) missed it; no traceback
+        print(f"trackscope {args.command}: error: the host ran out of memory ({MEMORY_HINT})", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if not is_write_error(exc):
+            return _internal()
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"trackscope {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
     except Exception:
-        traceback.print_exc()
-        print("trackscope: internal error (a bug: please report it with the traceback above)", file=sys.stderr)
-        return 1
+        return _internal()
+
+
+def _internal() -> int:
+    """Print the traceback of the exception being handled; exit 1 (a bug)."""
+    traceback.print_exc()
+    print("trackscope: internal error (a bug: please report it with the traceback above)", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

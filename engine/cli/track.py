@@ -14,6 +14,7 @@ from engine.cli.common import (
 )
 from engine.cli.progress import LiveBar
 from engine.core.errors import UserError
+from engine.core.precision import gate
 from engine.io.trackio import grid_queries, read_queries_csv, save_tracks
 from engine.run.session import BatchDone, Failed, Finished, Session, Started
 
@@ -35,7 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from engine.core.devices import resolve_device
     from engine.io.frames import open_frames
+    from engine.run.device_memory import check_run_device_memory
     from engine.run.memory import check_host_memory, estimate_host_bytes
     from engine.trackers import load_tracker
 
@@ -43,7 +46,12 @@ def run(args: argparse.Namespace) -> int:
     check_output_path(args.out, "--out", (".npz", ".csv"))  # before any work: exit 2 with the reason
     if args.report is not None:
         check_output_path(args.report, "--report")
-    check_distinct_outputs(("--out", args.out), ("--report", args.report))
+    trace = None
+    if args.deep:  # the capture's trace goes beside the report (or the tracks): checked now, not after the runs
+        from engine.workflows.deep import trace_path_for
+
+        trace = check_output_path(trace_path_for(args.report or args.out), "--deep trace")
+    check_distinct_outputs(("--out", args.out), ("--report", args.report), ("--deep trace", trace))
     if args.max_frames is not None and args.max_frames < 1:
         raise UserError(f"--max-frames must be at least 1, got {args.max_frames}")
     queries = read_queries_csv(args.queries) if args.queries is not None else None
@@ -68,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
     info["num_frames"] = len(frames)
     check_host_memory(estimate_host_bytes(len(frames), width, height, len(queries), config.tracker),
                       str(args.video), frames_held=True)
+    check_run_device_memory(config.tracker, resolve_device(config.device), str(args.video),
+                            num_frames=len(frames), width=width, height=height, num_queries=len(queries),
+                            points_per_batch=config.points_per_batch, frames_per_batch=config.frames_per_batch,
+                            precision=config.precision)
     for w in info["warnings"]:
         print(f"trackscope track: warning: {w}", file=sys.stderr)
     # --deep captures more runs of the same tracker instance: its modules are the capture's roots
@@ -89,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
                   f"({info['width']}x{info['height']})", file=sys.stderr)
             if event.device_note:
                 print(f"trackscope track: note: {event.device_note}", file=sys.stderr)
-            if event.precision_gate:
+            # a mode the device refuses fails next, its error giving the same reason: say it once
+            if event.precision_gate and gate(config.precision, event.device).runnable:
                 print(f"trackscope track: warning: {event.precision_gate}", file=sys.stderr)
         elif isinstance(event, BatchDone):
             progress.update_to(event.stop, f"last batch {event.wall_ms:.0f} ms")

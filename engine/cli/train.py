@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from engine.core.outputs import check_output_folder
 from engine.training.corrtrack import TEXTURE_SIZE, train
 from engine.training.losses import HUBER_DELTA_PX
 
@@ -33,6 +34,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--texture-size", type=int, default=TEXTURE_SIZE)
 
 
-
 def run(args: argparse.Namespace) -> int:
+    check_output_folder(args.out, "--out")  # before any training: a file, a read-only or impossible place
     return train(args)

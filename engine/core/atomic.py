@@ -1,8 +1,8 @@
 """Atomic file writes: a temp file in the target's folder, fsynced, then renamed over the target.
 
-Every writer of user-visible output should go through here (tracks files do; report saving in
-``engine/report/files.py`` and trace export in ``engine/capture/export.py`` still have their own copies
-and should switch to ``atomic_open`` / ``atomic_path``). The previous file survives any error, Ctrl-C
+Every writer of user-visible output goes through here: tracks files, reports and bench files
+(``engine/report/files.py``), capture traces (``engine/capture/export.py``), videos (``write_video``),
+``compare --json`` and the app's PNG exports. The previous file survives any error, Ctrl-C
 or SIGTERM during the write, and the temp file is removed; only SIGKILL or a power cut can leave a
 hidden ``.NAME.*.tmp.SUFFIX`` file behind (never the target half-written). The result gets the mode a
 plain ``open()`` would give it (0o666 minus the umask), not mkstemp's 0600.
@@ -16,8 +16,10 @@ plain ``open()`` would give it (0o666 minus the umask), not mkstemp's 0600.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
+import stat
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -102,6 +104,18 @@ def _sigterm_raises() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _refuse_non_file(path: Path) -> None:
+    """OSError when ``path`` exists and is not a regular file: renaming over it would replace a folder's
+    entry for a device (/dev/full, as root), a FIFO or a socket instead of writing a file."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file (a device, FIFO or socket)"
+        raise OSError(errno.EEXIST, f"exists and is {kind}", str(path))
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temp path beside ``path``; on success fsync, chmod by umask, rename into place.
@@ -110,6 +124,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     left as it was and the exception goes on; a SIGTERM is re-sent once the temp file is gone.
     """
     path = Path(path)
+    _refuse_non_file(path)
     terminated = False
     with _sigterm_raises():
         tmp = temp_path_for(path)

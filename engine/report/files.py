@@ -7,12 +7,12 @@ Every load goes through the migration chain (engine.report.migrate) and the type
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from engine.core.atomic import atomic_open
 from engine.core.errors import ReportError
+from engine.core.outputs import write_error
 from engine.report.fields import to_json
 from engine.report.migrate import BENCH_FORMAT
 from engine.report.parts import RecordedFinding
@@ -100,22 +100,21 @@ def load_any(path: str | Path) -> tuple[list[Report], tuple[RecordedFinding, ...
 
 
 def save(value: Report | BenchFile | dict[str, Any], path: str | Path) -> Path:
-    """Write a report or bench file as JSON, atomically (temp file in the same folder, fsync, rename).
+    """Write a report or bench file as JSON, atomically (engine.core.atomic: temp file beside it, fsync, rename).
 
-    NaN and inf become null. A plain dict is written as given (after the same JSON conversion).
+    The file gets the mode a plain ``open()`` gives (0o666 minus the umask, so 0644 by default): a report
+    holds the hostname, the GPU and absolute paths of the video and queries (README, "What a report
+    holds"). NaN and inf become null. A plain dict is written as given (after the same JSON conversion).
+    A write the disk refuses (full, read-only, a size limit) is a UserError naming the file; the previous
+    file is left as it was and no temp file remains.
     """
     path = Path(path)
     data = to_json(value.to_dict() if isinstance(value, (Report, BenchFile)) else value)
     text = json.dumps(data, allow_nan=False, separators=(",", ":"))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_open(path, "w", encoding="utf-8") as fh:
             fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    except OSError as exc:
+        raise write_error(path, "bench file" if isinstance(value, BenchFile) else "report", exc) from exc
     return path

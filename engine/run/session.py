@@ -4,6 +4,10 @@ The session yields one event per batch of points and checks its cancel flag betw
 config changes made while it runs (``update_config``) apply from the next batch. That is what makes
 a precision toggle in the GUI a live change. The same events, recorded, make the run report.
 
+A plugin's calls (its loading, each batch) run through ``engine.trackers.guard.call_plugin``: an exit or
+interrupt from it fails the run naming it, and a call still running ``ABANDON_AFTER_S`` after ``cancel``
+is abandoned (the run fails at once saying so), so a Stop returns whatever the plugin does.
+
     Started -> BatchDone ... BatchDone -> Finished      (or -> Failed, with what was done so far)
 
 Queries and tracks are source pixels (the video file's own); frames over the reader's max side come back
@@ -32,7 +36,9 @@ from engine.core.stages import StageTimer
 from engine.io.geometry import VideoGeometry
 from engine.run.events import BatchDone, Event, Failed, Finished, Started
 from engine.run.warm import PROCESS_WARM, WarmCache
-from engine.trackers.base import PreparedVideo, RunContext, Tracker
+from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult
+from engine.trackers.guard import PluginAbandoned, call_plugin, cancel_scope
+from engine.trackers.plugin import PluginTracker, is_plugin
 
 __all__ = ["BatchDone", "Event", "Failed", "Finished", "Session", "Started", "oom_error"]
 
@@ -170,12 +176,15 @@ class Session:
         t_start = time.perf_counter()
         run: _Run | None = None
         try:
-            run, started = self._setup(t_start)
+            with cancel_scope(self._shared.cancel):  # a plugin call still running after cancel is abandoned
+                run, started = self._setup(t_start)
             yield started
             if run.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(run.device)
             while run.start < run.num_queries and not self.cancelled:
-                yield self._step(run)
+                with cancel_scope(self._shared.cancel):
+                    done = self._step(run)
+                yield done
             yield self._finish(run)
         except Exception as exc:  # user, tracker or our own errors: never kill the caller's loop
             yield self._failed(exc, run)
@@ -259,14 +268,29 @@ class Session:
         stop = min(run.num_queries, start + config.points_per_batch)
         ctx = RunContext(device, config.precision, config.frames_per_batch, run.timer)
         t0 = time.perf_counter()
-        did_prepare = False
-        try:
+        plugin = is_plugin(tracker)
+        reuse = None if key != run.prepared_key else run.prepared
+        queries = run.frame_queries[start:stop]
+
+        def call() -> tuple[PreparedVideo, TrackResult]:
+            """prepare (when needed) and track; in the helper thread for a plugin, so the contexts are entered here."""
             with torch.inference_mode(), precision_context(config.precision, device):
-                if run.prepared is None or key != run.prepared_key:
-                    run.prepared = tracker.prepare(run.frames, ctx)
-                    run.prepared_key = key
-                    did_prepare = True
-                result = tracker.track(run.prepared, run.frame_queries[start:stop], ctx)
+                prepared = reuse
+                if prepared is None:
+                    frames = run.frames
+                    if plugin and not isinstance(tracker, PluginTracker):  # the adapter copies them itself
+                        frames = frames.copy()  # a plugin writing into its frames cannot change the caller's
+                    prepared = tracker.prepare(frames, ctx)
+                return prepared, tracker.track(prepared, queries.copy() if plugin else queries, ctx)
+
+        try:
+            if plugin:
+                prepared, result = call_plugin(tracker.name, f"while tracking points {start}-{stop - 1}", call)
+            else:
+                prepared, result = call()
+        except PluginAbandoned:
+            self._forget_tracker(tracker.name)  # its abandoned call may still use it
+            raise
         except UserError:
             raise
         except Exception as exc:  # a tracker bug or resource failure: name it, keep what we have
@@ -279,6 +303,8 @@ class Session:
                 f"tracker {tracker.name!r} failed on points {start}-{stop - 1}: {type(exc).__name__}: {exc}",
                 "check the tracker's code, or choose another tracker",
             ) from exc
+        did_prepare = prepared is not reuse
+        run.prepared, run.prepared_key = prepared, key
         stage_ms = run.timer.collect()
         wall_ms = (time.perf_counter() - t0) * 1e3
         expected = (stop - start, run.num_frames, 2)
@@ -332,6 +358,14 @@ class Session:
         log.error("internal error in a session: %s: %s", type(exc).__name__, exc)
         return Failed(time.perf_counter(), f"internal error: {type(exc).__name__}: {exc}", None, "internal",
                       tracks, visible, details=details)
+
+    def _forget_tracker(self, name: str) -> None:
+        """Drop a tracker whose call was abandoned, here and in the loader's cache."""
+        if self._tracker is not None and self._tracker.name == name:
+            self._tracker = None
+        forget = getattr(self._tracker_loader, "forget", None)
+        if forget is not None:
+            forget(name)
 
     def _load_tracker(self, name: str) -> Tracker:
         if self._tracker is not None and self._tracker.name == name:

@@ -17,6 +17,10 @@ Stages: a plugin that declares ``stages`` (a tuple of names) times itself throug
 attribute the adapter sets before each call (``timer.stage(name)`` or ``begin``/``end``). A module
 that declares none is timed per top-level submodule through forward pre/post hooks. The adapter adds
 its own ``upload`` (frames to the device) and ``download`` (results to the host) stages.
+
+Isolation: the frames and queries a plugin gets are its own copies (a plugin writing into them cannot
+change the app's video), and its factory runs through ``engine.trackers.guard.call_plugin``, as the
+session runs its batches: an exit, an interrupt or a hang comes back as a TrackerError naming it.
 """
 
 from __future__ import annotations
@@ -31,12 +35,20 @@ from engine.core.errors import TrackerError, UserError
 from engine.core.precision import QUANT_MODES
 from engine.core.stages import StageTimer
 from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult
+from engine.trackers.guard import call_plugin
 from engine.trackers.quant import QuantReport, quantize_module, recipe_for
 
 UPLOAD_STAGE = "upload"
 DOWNLOAD_STAGE = "download"
 #: a float visibility output above this counts as visible
 VISIBLE_THRESHOLD = 0.5
+#: the attribute marking a tracker as plugin code (set on a plugin's own Tracker; the adapter has it)
+PLUGIN_MARK = "is_plugin"
+
+
+def is_plugin(tracker: Tracker) -> bool:
+    """Whether ``tracker`` is plugin code, which the session runs through ``call_plugin``."""
+    return bool(getattr(tracker, PLUGIN_MARK, False))
 
 
 def _plugin_stages(plugin: Any) -> tuple[str, ...]:
@@ -99,6 +111,8 @@ def _to_numpy(value: Any) -> np.ndarray:
 
 class PluginTracker(Tracker):
     """Adapter running a module or callable plugin as a Tracker."""
+
+    is_plugin = True
 
     def __init__(self, name: str, plugin: Callable[..., Any]):
         self.name = name
@@ -172,20 +186,21 @@ class PluginTracker(Tracker):
         return done[0]
 
     def prepare(self, frames: np.ndarray, ctx: RunContext) -> PreparedVideo:
-        """Upload the frames to the device (and move a module plugin there)."""
+        """Upload the frames to the device (and move a module plugin there); on the CPU a copy, never a view
+        of the caller's frames."""
         if isinstance(self.plugin, torch.nn.Module) and self._device != ctx.device:
             self.plugin.to(ctx.device).eval()
             self._device = ctx.device
             self._quantised.clear()
         self._callee(ctx)  # refuses a plugin that cannot be quantised before any work
         with ctx.timer.stage(UPLOAD_STAGE):
-            video = torch.from_numpy(np.ascontiguousarray(frames)).to(ctx.device, non_blocking=True)
+            video = torch.from_numpy(np.ascontiguousarray(frames)).to(ctx.device, non_blocking=True, copy=True)
         num_frames, height, width = frames.shape[:3]
         return PreparedVideo(int(num_frames), int(height), int(width), {"frames": video})
 
     def track(self, prepared: PreparedVideo, queries: np.ndarray, ctx: RunContext) -> TrackResult:
         """Call the plugin on one batch of queries and bring its results to the host."""
-        q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(ctx.device)
+        q = torch.from_numpy(np.array(queries, dtype=np.float32, copy=True)).to(ctx.device)  # the plugin's own
         fn = self._callee(ctx)
         if self._hooks is not None:
             self._hooks.timer = ctx.timer
@@ -213,12 +228,19 @@ def wrap_plugin(name: str, factory: Any) -> Tracker:
         raise TrackerError(f"plugin tracker {name!r}: {type(factory).__name__} object is not callable",
                            "point module:factory at a function or class returning a tracker")
     try:
-        plugin = factory()
+        plugin = call_plugin(name, "in its factory", factory)
+    except TrackerError:  # it exited, was interrupted or hung: already says so
+        raise
     except Exception as exc:
         raise TrackerError(f"plugin tracker {name!r}: factory raised {type(exc).__name__}: {exc}",
                            "check the plugin's code, or choose another tracker") from exc
     if isinstance(plugin, Tracker):
         plugin.name = name
+        try:
+            setattr(plugin, PLUGIN_MARK, True)  # the session runs it guarded, on its own copy of the frames
+        except (AttributeError, TypeError) as exc:  # __slots__ or a frozen class
+            raise TrackerError(f"plugin tracker {name!r}: cannot mark it as a plugin: {exc}",
+                               "let the tracker's class accept an 'is_plugin' attribute") from exc
         return plugin
     if not callable(plugin):
         raise TrackerError(f"plugin tracker {name!r}: factory returned {type(plugin).__name__}, "

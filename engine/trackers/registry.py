@@ -9,6 +9,7 @@ from typing import Callable
 
 from engine.core.errors import TrackerError
 from engine.trackers.base import Tracker
+from engine.trackers.guard import call_plugin
 
 ENTRY_POINT_GROUP = "trackscope.trackers"
 
@@ -54,7 +55,9 @@ def load_tracker(name: str) -> Tracker:
     if ":" in name:
         module_name, _, attr = name.partition(":")
         try:
-            module = importlib.import_module(module_name)
+            module = call_plugin(name, "while being imported", lambda: importlib.import_module(module_name))
+        except TrackerError:  # it exited, was interrupted or hung: already says so
+            raise
         except Exception as exc:
             raise TrackerError(f"plugin tracker {name!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc}",
                                "check the module is on PYTHONPATH (the current folder is not searched unless "
@@ -69,7 +72,9 @@ def load_tracker(name: str) -> Tracker:
             raise TrackerError(f"unknown tracker {name!r}",
                                f"choose one of {', '.join(available_trackers())} or give module:factory")
         try:
-            factory = eps[0].load()
+            factory = call_plugin(name, "while being loaded", eps[0].load)
+        except TrackerError:
+            raise
         except Exception as exc:
             raise TrackerError(
                 f"plugin tracker {name!r}: entry point failed to load: {type(exc).__name__}: {exc}") from exc
@@ -81,7 +86,8 @@ def load_tracker(name: str) -> Tracker:
 class TrackerCache:
     """Loaded trackers by name, kept between runs (weights loaded, CUDA graphs captured once).
 
-    Callable as a Session's ``tracker_loader``. Thread-safe; a tracker that fails to load is not kept.
+    Callable as a Session's ``tracker_loader``. Thread-safe; a tracker that fails to load is not kept, and
+    one whose call was abandoned (``forget``) is loaded afresh next time.
     """
 
     def __init__(self, loader: Callable[[str], Tracker] = load_tracker):
@@ -95,3 +101,8 @@ class TrackerCache:
             if tracker is None:
                 tracker = self._trackers[name] = self._loader(name)
             return tracker
+
+    def forget(self, name: str) -> None:
+        """Drop ``name``'s tracker (its abandoned call may still be using it): the next run loads a new one."""
+        with self._lock:
+            self._trackers.pop(name, None)

@@ -16,6 +16,7 @@ import re
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -276,8 +277,8 @@ class Bench:
         row.note = "; ".join(notes)
 
     def sweep(self, precisions: list[str], points: list[int], frames: list[int], warmup: int,
-              repeat: int) -> list[Row]:
-        """All configurations, fp32 first within each batch-size pair."""
+              repeat: int, on_row: Callable[[Row], Any] | None = None) -> list[Row]:
+        """All configurations, fp32 first within each batch-size pair; ``on_row(row)`` after each one."""
         if self.sampler is not None:
             self.sampler.start()
         try:
@@ -288,6 +289,8 @@ class Bench:
                                            points_per_batch=ppb, frames_per_batch=fpb)
                         self.log(f"trackscope bench: {config.label()} ...")
                         self.rows.append(self.run_config(config, warmup, repeat))
+                        if on_row is not None:
+                            on_row(self.rows[-1])
         finally:
             if self.sampler is not None:
                 self.sampler.stop()
@@ -364,23 +367,75 @@ def format_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(out: Path, bench: Bench, overhead: dict[str, float] | None) -> Path:
-    """Per-configuration reports and the bench file into ``out`` (measurements only: findings are derived
-    on load); returns the bench file's path."""
-    from engine.report.files import save
-    from engine.report.parts import Environment
-    from engine.telemetry.environment import capture_environment
+def planned_configurations(precisions: list[str], points: list[int], frames: list[int]) -> int:
+    """How many configurations a sweep runs."""
+    return len(precisions) * len(points) * len(frames)
 
-    out.mkdir(parents=True, exist_ok=True)
-    by_label = {r.label: r for r in bench.reports}
-    for row in bench.rows:
-        report = by_label.get(row.label)
-        if report is None:
-            continue
-        name = _slug(row.label) + ".json"
-        save(report, out / name)
-        row.report_file = name
-    env = bench.reports[0].environment if bench.reports else Environment.from_dict(capture_environment(bench.device))
-    data = BenchFile(reports=tuple(bench.reports), environment=env, table=tuple(r.to_dict() for r in bench.rows),
-                     overhead=overhead)
-    return save(data, out / BENCH_FILE)
+
+class BenchWriter:
+    """Writes a sweep into a folder as it goes: each finished configuration's report, then the bench file so far.
+
+    After every configuration ``bench.json`` holds all the finished ones (``"complete": false`` until the
+    sweep ends), so Ctrl-C, SIGTERM or a crash keeps them; every file is written atomically (the previous
+    one survives an interrupted write). Reports hold measurements only: findings are derived on load.
+    """
+
+    def __init__(self, out: Path, bench: Bench, planned: int | None = None):
+        self.out = Path(out)
+        self.bench = bench
+        self.planned = planned
+        self.path = self.out / BENCH_FILE
+        self._written: set[str] = set()
+
+    def start(self) -> None:
+        """Make the folder (before the first configuration runs: the deep traces go there too)."""
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"--out {self.out}: cannot make the folder: {exc.strerror or exc}") from None
+
+    def row_done(self, row: Row) -> Path:
+        """The report of ``row`` (when it finished) and the bench file so far."""
+        self._write_reports()
+        return self._write_bench(None, complete=False)
+
+    def finish(self, overhead: dict[str, float] | None, complete: bool = True) -> Path:
+        """The last reports and the bench file; -> its path."""
+        self._write_reports()
+        return self._write_bench(overhead, complete)
+
+    def _write_reports(self) -> None:
+        from engine.report.files import save
+
+        self.out.mkdir(parents=True, exist_ok=True)
+        by_label = {r.label: r for r in self.bench.reports}
+        for row in self.bench.rows:
+            report = by_label.get(row.label)
+            if report is None or row.label in self._written:
+                continue
+            name = _slug(row.label) + ".json"
+            save(report, self.out / name)
+            row.report_file = name
+            self._written.add(row.label)
+
+    def _write_bench(self, overhead: dict[str, float] | None, complete: bool) -> Path:
+        from engine.report.files import save
+        from engine.report.parts import Environment
+        from engine.telemetry.environment import capture_environment
+
+        bench = self.bench
+        env = (bench.reports[0].environment if bench.reports
+               else Environment.from_dict(capture_environment(bench.device)))
+        extra: dict[str, Any] = {"complete": complete}
+        if self.planned is not None:
+            extra["configurations_planned"] = self.planned
+        data = BenchFile(reports=tuple(bench.reports), environment=env, table=tuple(r.to_dict() for r in bench.rows),
+                         overhead=overhead, extra=extra)
+        return save(data, self.path)
+
+
+def write_outputs(out: Path, bench: Bench, overhead: dict[str, float] | None) -> Path:
+    """Per-configuration reports and the bench file into ``out`` at once; returns the bench file's path."""
+    writer = BenchWriter(out, bench)
+    writer.start()
+    return writer.finish(overhead)

@@ -90,6 +90,11 @@ class ExportController(QObject):
         path = self._save_path("Export overlaid video", "tracks.mp4", "MP4 video (*.mp4)")
         if not path:
             return
+        try:  # before drawing a frame: a folder, a device, a read-only place is said now, not after the work
+            export.check_video_path(path)
+        except UserError as exc:
+            s.post_message(exc.message, exc.suggestion)
+            return
         run = s.current
         snapshot = RunData(run.label, dict(run.config), run.queries.copy(), run.tracks.copy(), run.visible.copy(),
                            None, run.video_path)

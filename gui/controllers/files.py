@@ -1,6 +1,8 @@
 """What comes in: videos, queries and reports (menu, recent files, drag and drop), and comparisons.
 
-Every change goes into the ``AppState``; the widgets that show it subscribe to its signals. Problems
+Every change goes into the ``AppState``; the widgets that show it subscribe to its signals. Each report
+opened (each report of a bench file) becomes an entry of the run history, with the analysis of its
+whole file (a bench's growth across batch sizes included). Problems
 are posted as messages to the state (the window shows them in its banner), never raised to Qt.
 """
 
@@ -17,21 +19,25 @@ from PySide6.QtWidgets import QFileDialog, QWidget
 from engine.api import (
     APP_BUDGET_BYTES,
     VIDEO_EXTENSIONS,
+    Analysis,
     FrameStore,
+    Report,
     ReportVideo,
     UserError,
     VideoGeometry,
+    analyse,
+    analyse_many,
     available_trackers,
     grid_queries,
     ground_truth_sidecar,
+    load_any,
     load_ground_truth,
-    load_report,
-    load_reports,
     open_frames,
     queries_sidecar,
     read_queries_csv,
     sample_video_path,
 )
+from gui.history import OPENED, analysis_for, report_settings, video_name
 from gui.model import RunData
 from gui.settings import Settings
 from gui.state import AppState
@@ -285,13 +291,28 @@ class FileController(QObject):
         """A queries CSV, in source pixels as the app keeps queries (the view places frames in them)."""
         if self.state.frames is None:
             raise UserError(f"{path}: open a video before its queries")
-        return read_queries_csv(path)
+        queries = read_queries_csv(path)
+        num_frames, (width, height) = len(self.state.frames), self.state.geometry.source_size
+        t = queries[:, 0]
+        outside = np.flatnonzero((t < 0) | (t > num_frames - 1) | ~self.state.geometry.contains_source(queries[:, 1:]))
+        if outside.size:  # refused now, not only at Run
+            i = int(outside[0])
+            raise UserError(f"{path}: query {i} (t={t[i]:g}, x={queries[i, 1]:g}, y={queries[i, 2]:g}) lies outside "
+                            f"the video ({num_frames} frames of {width}x{height}); {outside.size} of {len(queries)} "
+                            "queries do", "queries are t,x,y in the video's own pixels, frames from 0")
+        return queries
 
     def open_report(self, path: str | Path) -> None:
-        """Replay a run report (or the first of a bench file): tracks, video, stage and telemetry charts."""
-        reports = load_reports(path)
-        report = reports[0]
-        run = RunData.from_report(report)
+        """Replay a run report (of a bench file: the first with tracks): tracks, video, stage and telemetry
+        charts, and findings of the whole file; every report of the file becomes a history entry."""
+        reports, recorded = load_any(path)
+        if not reports:
+            raise UserError(f"{path}: the bench file holds no reports")
+        analysis = analyse_many(reports, recorded) if len(reports) > 1 or recorded else analyse(reports[0])
+        reports = list(analysis.reports)  # typed once: the entries and the analysis share the same objects
+        runs = [RunData.from_report(r) for r in reports]
+        shown = next((i for i, r in enumerate(runs) if r is not None), 0)
+        report, run = reports[shown], runs[shown]
         video = report.video
         video_path = resolve_report_video(Path(path), video)
         if video_path is not None:
@@ -311,11 +332,21 @@ class FileController(QObject):
         if run is not None:
             self.state.set_current(run, adopt_queries=True)
         self._adopt_config(report.config.to_dict())
-        self.state.replay_report(report, str(path))
-        for r in reports:
-            self.state.add_run_report(r)
-        if run is not None:
-            self.state.add_history(run)
+        self.state.replay_report(report, str(path), analysis_for(analysis, report))
+        for i, (r, r_run) in enumerate(zip(reports, runs)):
+            self.add_report_entry(r, r_run, str(path), analysis, shown=i == shown)
+
+    def add_report_entry(self, report: Report, run: RunData | None, source: str, analysis: Analysis | None,
+                         shown: bool = False) -> int:
+        """An opened report as a history entry (``shown``: the one replayed, compared with the previous run of
+        its video and queries, and selected); returns its id."""
+        entry = self.state.new_entry(
+            video=video_name(report.video.path or report.video.name), tracker=report.config.tracker,
+            settings=report_settings(report), machine=report.device_name, status=OPENED, source=source, run=run,
+            report=report, analysis=analysis_for(analysis, report) if analysis is not None else None,
+            num_frames=run.num_frames if run is not None else report.video.num_frames)
+        self.state.add_entry(entry, compare_previous=shown, select=shown)
+        return entry.id
 
     def _adopt_config(self, config: dict[str, Any]) -> None:
         """Take a replayed report's tracker, precision and batch sizes, so Run repeats them here.
@@ -391,16 +422,19 @@ class FileController(QObject):
     def compare_with_report(self, path: str | Path) -> bool:
         """Put the current run and a report's run side by side; False (and a message) when it cannot."""
         try:
-            other = RunData.from_report(load_report(path))
+            reports, _ = load_any(path)
         except UserError as exc:
             self.state.post_message(exc.message, exc.suggestion)
             return False
-        if other is None:
+        report = reports[0] if reports else None
+        other = RunData.from_report(report) if report is not None else None
+        if report is None or other is None:
             self.state.post_message(f"{path}: the report holds no tracks", "record it with tracks kept")
             return False
         if self.state.current is None:
             self.state.post_message("no run to compare", "run the tracker first", "info")
             return False
+        self.add_report_entry(report, other, str(path), analyse(report))  # a report opened: in the history too
         self.state.compare(self.state.current, other)
         return True
 

@@ -32,7 +32,7 @@ from engine.api import (
     analyse,
     build_report,
 )
-from gui.worker import SHUTDOWN_WAIT_MS, GeneratorWorker, WorkerHandle, start_worker
+from gui.worker import CLOSE_WAIT_MS, SHUTDOWN_WAIT_MS, GeneratorWorker, WorkerHandle, start_worker
 
 WORKER_THREAD_NAME = "trackscope-worker"
 
@@ -236,6 +236,15 @@ class RunController(QObject):
         self._latest = None  # events it queued before stopping are dropped, not shown over the next video
         self._cleanup()
         return ok
+
+    def close(self) -> bool:
+        """Shut down for the window's close: wait at most CLOSE_WAIT_MS, then leave a batch behind."""
+        return self.shutdown(CLOSE_WAIT_MS)
+
+    @property
+    def abandoned(self) -> int:
+        """Worker threads still inside a batch after a shutdown stopped waiting for them."""
+        return sum(1 for h in self._outlived if h.running)
 
     @Slot()
     def _on_thread_finished(self) -> None:

@@ -2,12 +2,16 @@
 
 The worker's events arrive as signals on the GUI thread (``RunController``); each batch's tracks go
 into the current ``RunData`` in place, so a run that is stopped or fails keeps what it computed. A
-finished run's report becomes the state's report, a row of the trade-offs and, with the previous run
-of the same shape, an A/B comparison. The live charts are this controller's to drive.
+finished, stopped or failed run becomes an entry of the state's history (its video, tracker, every
+precision and batch size it used, machine, status); a finished one's report becomes the state's report
+(the trade-offs take it from the history) and, with the previous run of the same video and queries, an
+A/B comparison. The progress line counts batches at the batch size in use. The live charts are this
+controller's to drive.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +20,7 @@ from PySide6.QtCore import QObject, Signal
 
 from engine.api import BatchDone, Failed, Finished, Report, RunConfig, Started, UserError, run_title
 from gui.controllers.runner import ReportReady, RunController
+from gui.history import FAILED, FINISHED, STOPPED, run_settings, sized_title, video_name
 from gui.model import RunData
 from gui.state import AppState
 from gui.widgets.charts import ChartsPanel
@@ -51,7 +56,11 @@ class RunActions(QObject):
         self._previous: RunData | None = None
         self._run_start: float | None = None  # chart time of the current run's start
         self._tracker: dict[str, Any] = {}  # the running tracker's description (what settings it uses)
+        self._configs: list[RunConfig] = []  # the configs the current run used, in order (live toggles)
+        self._num_queries = 0
+        self._device_name = ""
         state.video_changed.connect(self._reset_clock)
+        state.video_changed.connect(lambda: self.status.emit(""))  # no progress line of another video's run
 
     @property
     def running(self) -> bool:
@@ -82,6 +91,7 @@ class RunActions(QObject):
         s.current = run  # shown from its first batch on (no current_changed: the old tracks stay until then)
         self._run_config = None
         self._run_start = None
+        self._configs = []  # filled from Started: a run that never starts leaves no entry
         self.controller.start(s.frames, s.queries, config, video_info=s.video_info, telemetry=self._sampler(),
                               ground_truth=s.matching_ground_truth())
         return True
@@ -128,7 +138,10 @@ class RunActions(QObject):
         self.num_batches = event.num_batches
         self.charts.set_stages(list(event.stages))
         self._tracker = dict(event.tracker or {})
-        title = run_title(event.config, self._tracker)
+        self._configs = [event.config]
+        self._num_queries = event.num_queries
+        self._device_name = event.device_name
+        title = self._title()
         if self._run_config is not None and event.config != self._run_config:
             self.charts.mark(self._t(event.t), event.config.label())  # a marker says the whole config
         self._run_config = event.config
@@ -140,10 +153,19 @@ class RunActions(QObject):
         gate_note = f" ({event.precision_gate})" if event.precision_gate else ""
         self.status.emit(f"Running on {event.device_name}{gate_note}: 0 / {event.num_batches} batches")
 
+    def _title(self) -> str:
+        """The running tracker with every value of its settings used so far ('corrtrack fp32 p64→32 f16')."""
+        name = self._configs[0].tracker if self._configs else "?"
+        return sized_title(name, run_settings(self._tracker, self._configs))
+
     def _on_batch(self, event: BatchDone) -> None:
         self.batches_seen += 1
         run = self.state.current
-        title = run_title(event.config, self._tracker)
+        if event.config not in self._configs:
+            self._configs.append(event.config)
+        title = self._title()
+        left = max(0, self._num_queries - event.stop)  # points still to track, at the batch size now in use
+        self.num_batches = self.batches_seen + math.ceil(left / max(1, event.config.points_per_batch))
         if run is not None and event.stop <= len(run.tracks):
             run.tracks[event.start:event.stop] = event.tracks
             run.visible[event.start:event.stop] = event.visible
@@ -168,19 +190,30 @@ class RunActions(QObject):
         self.status.emit(f"{'stopped' if event.cancelled else 'finished'} in {event.wall_ms:.0f} ms")
         if run is None:
             return
-        snapshot = None if event.cancelled else RunData(run.label, dict(run.config), run.queries, run.tracks.copy(),
-                                                          run.visible.copy(), report, s.video_path)
+        snapshot = RunData(run.label, dict(run.config), run.queries, run.tracks.copy(), run.visible.copy(), report,
+                           s.video_path)  # the history keeps a copy: a loop's next run writes into ``run``
         if report is not None:
             run.report = report
             s.set_report(report, ready.recorder if ready else None, ready.analysis if ready else None)
             self.charts.set_cost(s.analysis.cost if s.analysis else None)
-            if not event.cancelled and (not self.controller.loop or not s.history
-                                        or s.history[-1].label != run.label):
-                # the report leaves the tracks out (kept small): px vs fp32 needs the run's own
-                s.add_run_report(report, (snapshot.tracks, snapshot.visible) if snapshot is not None else None)
-        if snapshot is not None:
-            s.add_history(snapshot)
+        last = next(iter(reversed(list(s.runs))), None)
+        repeat = (self.controller.loop and last is not None and last.source == "run" and last.title == run.label
+                  and last.video == video_name(s.video_path))
+        if not repeat:  # a loop's repeats of one configuration are one entry
+            self._add_entry(snapshot, STOPPED if event.cancelled else FINISHED, report,
+                            ready.recorder if ready is not None and report is not None else None)
         self.run_finished.emit(run)
+
+    def _add_entry(self, run: RunData, status: str, report: Report | None, recorder: Any) -> None:
+        """The run as an entry of the history (compared with the previous one of its video when it finished)."""
+        s = self.state
+        machine = report.device_name if report is not None else self._device_name
+        tracker = self._configs[0].tracker if self._configs else str(run.config.get("tracker", "?"))
+        entry = s.new_entry(video=video_name(s.video_path), tracker=tracker, machine=machine,
+                            settings=run_settings(self._tracker, self._configs), status=status, source="run",
+                            run=run, report=report, analysis=s.analysis if report is not None else None,
+                            recorder=recorder, num_frames=run.num_frames)
+        s.add_entry(entry, compare_previous=status == FINISHED, select=report is not None)
 
     def _on_failed(self, event: Failed) -> None:
         s = self.state
@@ -188,6 +221,9 @@ class RunActions(QObject):
         run = s.current
         self._keep_done(event.tracks, event.visible)
         kept = 0 if run is None else int(np.isfinite(run.tracks).all(axis=(1, 2)).sum())
+        if run is not None and self._configs:  # it started: an entry, with what it kept
+            self._add_entry(RunData(run.label, dict(run.config), run.queries, run.tracks.copy(), run.visible.copy(),
+                                    None, s.video_path), f"{FAILED} ({event.kind})", None, None)
         if kept == 0 and self._previous is not None:  # nothing new: show the last results again
             s.set_current(self._previous)
             self.status.emit(f"failed ({event.kind}); showing the previous run")

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.api import Divergence, VideoGeometry, divergence, tapvid_metrics
+from gui.history import QUERY_MATCH_PX
 from gui.model import RunData
 from gui.panels.ab_parts import ResizeWatch, SideView
 from gui.widgets.text import plain_label, plain_tip, rich_label
@@ -48,7 +49,8 @@ COLOUR_BINS = 10  # steps of the colour scale the points are drawn in (one scatt
 CLICK_RADIUS_PX = 10  # a click this close (screen pixels) to a point selects it
 DEFAULT_TRAIL = 8
 PLAY_FPS = 25.0
-QUERIES_MATCH_PX = 1e-3  # queries of A and B further apart than this are "different queries"
+#: queries of A and B further apart than this are "different queries" (reports round queries to 2 decimals)
+QUERIES_MATCH_PX = QUERY_MATCH_PX
 BACKGROUND = (20, 20, 20)
 TITLE_COLOUR = "#e0e0e0"
 TITLE_PT = 10  # plot titles; elided to the plot's width (a long label must not spill into the other view)

@@ -5,6 +5,11 @@ capture rules on a deep capture too); findings the report's writer recorded that
 longer give follow, marked "recorded". Each is a tree row with a severity dot, its title, and children
 for the evidence numbers and the suggested change. The what-if projects the report's per-stage times
 onto a GPU from ``engine.specs.GPUS`` with ``engine.whatif.project`` and lists the assumptions it makes.
+
+A report without a cost model (a live run's, a ``track --report`` file) asks for one with
+``count_requested``; the counting controller (``gui.controllers.cost``) counts it in a worker and hands
+the counted report back through ``set_counted`` (or a reason through ``set_count_failed``), and the
+panel shows "counting…" meanwhile. Without a controller attached it says there is no cost model.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QIcon, QPainter, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -31,7 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.api import Analysis, Report, UserError, analyse, project, specs
+from engine.api import Analysis, Report, UserError, analyse, project, specs, whatif_mode_label
 from gui.widgets.text import esc, plain_label, plain_tip, rich_label
 
 SEVERITY_COLOURS = {"critical": "#d32f2f", "warning": "#ef8a00", "info": "#1e88e5"}
@@ -47,7 +52,11 @@ MIN_WRAP_PX = 240  # narrower than this (a hidden or squeezed panel) rows stay o
 PREFERRED_TARGETS = ("Tesla T4", "A100 80GB SXM")
 NO_FINDINGS = "no findings: nothing in this report looks wrong to the rules"
 NO_REPORT = "no report yet: run the tracker or open a report"
-NO_COST = "no cost model in this report: trackscope bench records one (unless --no-cost); live runs do not yet"
+NO_COST = ("no cost model in this report: trackscope bench records one (unless --no-cost), "
+           "trackscope compare REPORT --what-if GPU counts one")
+COUNTING = "counting the cost model… (one pass of the tracker on the CPU, in the background)"
+COUNT_FAILED = "the cost model could not be counted: {}"
+COUNT_WAITING = "the cost model is counted when the tracking run ends (a counted pass would skew its timings)"
 #: the title prefix of a finding the report recorded that today's rules no longer give
 RECORDED_PREFIX = "recorded: "
 WHATIF_COLUMNS = ("stage", "bound", "precision on target", "observed ms", "projected ms", "× observed")
@@ -109,11 +118,17 @@ def _ms(value: float | None) -> str:
 class DiagnosisPanel(QWidget):
     """Findings of the current report, and its per-stage times projected onto another GPU."""
 
+    #: the shown report has no cost model: count it (a Report; gui.controllers.cost answers)
+    count_requested = Signal(object)
+
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.report: Report | None = None
         self.analysis: Analysis | None = None
         self.projection: dict[str, Any] | None = None
+        self.counts_on_demand = False  # a counting controller is attached (it sets this)
+        self.count_state = ""  # "" | "counting" | "waiting" | "failed" for the shown report
+        self._count_error = ""
 
         self.header = rich_label(NO_REPORT)
         self.header.setWordWrap(True)
@@ -181,6 +196,7 @@ class DiagnosisPanel(QWidget):
         the panel)."""
         self.report = report
         self.analysis = analysis if analysis is not None or report is None else analyse(report)
+        self.count_state, self._count_error = "", ""
         if report is None:
             self.header.setText(NO_REPORT)
         else:
@@ -189,6 +205,34 @@ class DiagnosisPanel(QWidget):
             self.header.setText(f"<b>{esc(label)}</b> on {esc(report.device_name)}{esc(created)}")
         self._fill_findings()
         self._choose_default_target()
+        self._update_whatif()
+
+    def set_counted(self, original: Report, counted: Report, analysis: Analysis) -> None:
+        """The cost model of ``original`` counted: show ``counted`` (its work filled in) and its analysis, when
+        ``original`` is still the report shown (a late answer for an older report is dropped)."""
+        if self.report is not original:
+            return
+        self.report, self.analysis, self.count_state = counted, analysis, ""
+        self._fill_findings()  # the roofline rules see the counted work too
+        self._update_whatif()
+
+    def set_count_waiting(self, original: Report) -> None:
+        """Counting ``original`` waits for the tracking run in progress to end."""
+        if self.report is original and self.count_state == "counting":
+            self.count_state = "waiting"
+            self._update_whatif()
+
+    def set_count_started(self, original: Report) -> None:
+        """Counting ``original`` has started (after waiting for a run, it says "counting" again)."""
+        if self.report is original and self.count_state == "waiting":
+            self.count_state = "counting"
+            self._update_whatif()
+
+    def set_count_failed(self, original: Report, message: str) -> None:
+        """Counting the cost model of ``original`` failed: say why in the what-if box (never a dialog)."""
+        if self.report is not original:
+            return
+        self.count_state, self._count_error = "failed", message
         self._update_whatif()
 
     def set_target(self, gpu_name: str) -> None:
@@ -289,7 +333,7 @@ class DiagnosisPanel(QWidget):
             return
         cost = self.analysis.cost if self.analysis is not None else None
         if cost is None or not cost.stages:
-            self._clear_whatif(NO_COST)
+            self._no_cost()
             return
         try:
             result = project(self.report, self.gpu_combo.currentText())
@@ -300,7 +344,7 @@ class DiagnosisPanel(QWidget):
         observed, projected = result.get("observed_ms"), result.get("projected_ms")
         ratio = projected / observed if observed and projected is not None else None
         self.whatif_summary.setText(
-            f"{esc(result['source'])} → <b>{esc(result['target'])}</b> ({esc(result['precision'])}): "
+            f"{esc(result['source'])} → <b>{esc(result['target'])}</b> ({esc(whatif_mode_label(result))}): "
             f"{_ms(observed)} ms observed → <b>{_ms(projected)} ms</b> projected"
             + (f" ({ratio:.2f}× the time)" if ratio else ""))
         stages = {name: row for name, row in (result.get("stages") or {}).items()
@@ -317,6 +361,20 @@ class DiagnosisPanel(QWidget):
         self._fit_table_height()
         items = "".join(f"<li>{esc(a)}</li>" for a in result.get("assumptions") or [])
         self.assumptions.setText(f"<b>Assumptions</b><ul style='margin-left: -20px'>{items}</ul>")
+
+    def _no_cost(self) -> None:
+        """No cost model: ask for one once per report when a controller counts them, else say so."""
+        if self.count_state == "failed":
+            self._clear_whatif(COUNT_FAILED.format(self._count_error))
+        elif not self.counts_on_demand or self.report is None:
+            self._clear_whatif(NO_COST)
+        elif self.count_state == "waiting":
+            self._clear_whatif(COUNT_WAITING)
+        else:
+            self._clear_whatif(COUNTING)
+            if self.count_state != "counting":
+                self.count_state = "counting"
+                self.count_requested.emit(self.report)
 
     def _fit_table_height(self) -> None:
         """As tall as its rows: the space below goes to the assumptions, not to an empty table."""

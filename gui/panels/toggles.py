@@ -15,10 +15,12 @@ from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import QComboBox, QFormLayout, QSpinBox, QWidget
 
 from engine.api import PRECISIONS, RunConfig, available_trackers, device_choices, precision_gates
-from gui.widgets.text import plain_label
+from gui.widgets.text import plain_label, plain_tip
 
 MAX_POINTS_PER_BATCH = 65536
 MAX_FRAMES_PER_BATCH = 4096
+TRACKER_TIP = "Tracker: a built-in, an installed plugin, or module:factory"
+POPUP_MARGIN_PX = 32  # the tracker list's room beyond its longest name (scroll bar, frame)
 
 
 class TogglesPanel(QWidget):
@@ -30,7 +32,7 @@ class TogglesPanel(QWidget):
         super().__init__(parent)
         self.tracker = QComboBox()
         self.tracker.setEditable(True)  # module:factory plugins can be typed in
-        self.tracker.setToolTip("Tracker: a built-in, an installed plugin, or module:factory")
+        self.tracker.setToolTip(TRACKER_TIP)
         for name in available_trackers():
             self.tracker.addItem(name)
         self.device = QComboBox()
@@ -58,8 +60,10 @@ class TogglesPanel(QWidget):
         form.addRow(self.gate_note)
 
         self._current = RunConfig()
+        self._fallback_note = ""  # why the precision shown is not the one asked for
         self.set_config(config or RunConfig())
         self.tracker.currentTextChanged.connect(lambda v: self._changed("tracker", v.strip()))
+        self.tracker.currentTextChanged.connect(self._show_tracker_name)
         self.device.currentTextChanged.connect(self._device_changed)
         self.precision.currentTextChanged.connect(lambda v: self._changed("precision", v))
         self.points.valueChanged.connect(lambda v: self._changed("points_per_batch", int(v)))
@@ -85,11 +89,28 @@ class TogglesPanel(QWidget):
             self._current = config
             self._update_gates(config.device)
             self.precision.setCurrentText(config.precision)
-            self._current = config
+            self._fallback_note = ""
+            if self.precision.currentText() != config.precision or not self.is_enabled(config.precision):
+                # a mode this device cannot run (fp16 on the CPU, from a setting or --precision): fp32, saying why
+                reason = self.gate_reason(config.precision) or config.precision
+                self._fallback_note = f"{reason} (fp32 selected instead)"
+                self.precision.setCurrentText("fp32")
+            self._current = config.with_changes(points_per_batch=self.points.value(),  # as the spin boxes hold
+                                                frames_per_batch=self.frames.value(),  # them, within range
+                                                precision=self.precision.currentText())
             self._show_gate_note()
+            self._show_tracker_name(self.tracker.currentText())
         finally:
             for w in widgets:
                 w.blockSignals(False)
+
+    def _show_tracker_name(self, name: str) -> None:
+        """Plugin names are long: the tooltip gives the whole current one, the list is as wide as the longest."""
+        self.tracker.setToolTip(plain_tip(f"{name}\n{TRACKER_TIP}") if name else TRACKER_TIP)
+        view = self.tracker.view()
+        names = [self.tracker.itemText(i) for i in range(self.tracker.count())]
+        widest = max((self.tracker.fontMetrics().horizontalAdvance(n) for n in names), default=0)
+        view.setMinimumWidth(widest + POPUP_MARGIN_PX)
 
     def _device_changed(self, device: str) -> None:
         self._update_gates(device)
@@ -122,7 +143,7 @@ class TogglesPanel(QWidget):
         return i >= 0 and model.item(i).isEnabled()
 
     def _show_gate_note(self) -> None:
-        reason = self.gate_reason(self._current.precision)
+        reason = self._fallback_note or self.gate_reason(self._current.precision)
         self.gate_note.setText(reason)
         self.gate_note.setVisible(bool(reason))
 
@@ -136,5 +157,6 @@ class TogglesPanel(QWidget):
         if new == self._current:
             return
         self._current = new
+        self._fallback_note = ""
         self._show_gate_note()
         self.config_changed.emit({key: value})

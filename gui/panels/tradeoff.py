@@ -1,7 +1,9 @@
-"""Precision trade-off: one row per (tracker, device, precision, batch sizes) run, and speed vs accuracy.
+"""Precision trade-off: one row per (video, tracker, machine, precision, batch sizes) run, and speed vs accuracy.
 
-The rows, their fp32 baseline, speedup and divergence are ``engine.analysis.tradeoff``'s (through
-``engine.api``); this module only draws them: a sortable table and a speed-vs-accuracy scatter.
+The rows come from the run history (each finished run and each report opened, ``add_entry``) or a bench
+file; their fp32 baseline, speedup and divergence are ``engine.analysis.tradeoff``'s (through
+``engine.api``). This module only draws them: a sortable table and a speed-vs-accuracy scatter, of one
+video at a time (the one open; "All videos" shows every row with its video).
 """
 
 from __future__ import annotations
@@ -15,18 +17,18 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QComboBox,
+    QHBoxLayout,
     QHeaderView,
     QSplitter,
     QTableWidget,
-    QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
 from engine.api import (
-    GIB,
     MEMORY_PROCESS_RSS,
-    MIB,
+    PRECISION_UNUSED,
     Report,
     ReportError,
     TradeoffRow,
@@ -35,15 +37,31 @@ from engine.api import (
     load_reports,
     tradeoff_accuracy_axis,
 )
+from gui.history import FINISHED, OPENED, HistoryEntry, video_name
+from gui.panels.tradeoff_parts import (
+    SORT_ROLE,
+    TICK_MARGIN,
+    LogMsAxis,
+    SortItem,
+    fmt,
+    fmt_bytes,
+    fmt_ms,
+    fmt_px,
+    nice_ticks,
+    overlap,
+)
 from gui.widgets.text import esc, plain_label, plain_tip, rich_label
 
 #: one colour per precision in the scatter (and the precision cell)
 PRECISION_COLOURS = {"fp32": (70, 130, 230), "tf32": (40, 170, 90), "fp16": (240, 140, 30),
                      "bf16": (170, 70, 200), "int8": (220, 50, 50), "fp8": (120, 120, 120)}
 OTHER_COLOUR = (128, 128, 128)
-COLUMNS = ("tracker", "device", "precision", "points/batch", "frames/batch", "ms / run", "frames/s", "speedup",
-           "peak memory", "AJ", "px vs fp32", "runs")
-HEADER_TIPS = {"points/batch": "points tracked per batch (the run tracks all its points, batch by batch)",
+COLUMNS = ("video", "tracker", "machine", "precision", "points/batch", "frames/batch", "ms / run", "frames/s",
+           "speedup", "peak memory", "AJ", "px vs fp32", "runs")
+HEADER_TIPS = {"machine": "the device the run ran on (a report opened here says where it was recorded)",
+               "precision": f"{PRECISION_UNUSED}: the tracker has no precision setting (LK)",
+               "points/batch": "points tracked per batch (the run tracks all its points, batch by batch; "
+                               "64→32: changed during the run)",
                "frames/batch": "frames per batch",
                "ms / run": "median wall time of the warm runs (the cold run when there is no warm one)",
                "speedup": "fp32 ms / this ms, same tracker, device, video, points and batch sizes",
@@ -51,10 +69,7 @@ HEADER_TIPS = {"points/batch": "points tracked per batch (the run tracks all its
                "px vs fp32": "mean distance in video pixels from the fp32 run's tracks",
                "runs": "runs recorded in the report"}
 COL = {name: i for i, name in enumerate(COLUMNS)}
-SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 SYMBOL_SIZE = 12
-MAX_TICKS = 9
-TICK_MARGIN = 1.3  # ticks cover the data range widened by this factor each side
 PLOT_PADDING = 0.15  # share of the data range left above and below the points
 MIN_AJ_SPAN = 0.05  # the AJ axis spans at least this much
 MIN_PX_SPAN = 0.5  # px axis height when every run matches fp32 exactly
@@ -65,33 +80,13 @@ TABLE_MAX_SHARE = 0.5  # the table never takes more of the height than this
 TABLE_SLACK_PX = 24  # room for a horizontal scroll bar under the rows
 NEAR_SPOTS = 8  # the first spots tried touch the dot; a label further away gets a leader line
 #: columns hidden (and named once above the table) when every row has the same value
-CONSTANT_COLUMNS = ("tracker", "device", "points/batch", "frames/batch", "runs")
+CONSTANT_COLUMNS = ("video", "tracker", "machine", "points/batch", "frames/batch", "runs")
+ALL_VIDEOS = "All videos"
 _MEMORY_TIPS = {"device peak": "peak allocated device memory (torch allocator)",
                 "process RSS": "largest resident memory of the whole process (telemetry): no device allocator",
                 "": "not measured (no allocator stats and no telemetry)"}
 _PX_SOURCES = {"report": "from the report's accuracy block", "tracks": "mean px between this run's tracks and "
                "the fp32 run's", "baseline": "the fp32 baseline itself"}
-
-
-class _LogMsAxis(pg.AxisItem):
-    """A log-scale axis whose ticks read as plain milliseconds (20, 30) rather than 2·10¹."""
-
-    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:  # noqa: N802
-        if not self.logMode:
-            return super().tickStrings(values, scale, spacing)
-        return [f"{10 ** v:.3g}" for v in values]
-
-
-class _SortItem(QTableWidgetItem):
-    """A cell that sorts by a number (None last) instead of its text."""
-
-    def __lt__(self, other: QTableWidgetItem) -> bool:
-        a, b = self.data(SORT_ROLE), other.data(SORT_ROLE)
-        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-            return a < b
-        if isinstance(a, (int, float)) != isinstance(b, (int, float)):
-            return isinstance(a, (int, float))  # numbers before blanks
-        return self.text() < other.text()
 
 
 class TradeoffPanel(QWidget):
@@ -105,6 +100,10 @@ class TradeoffPanel(QWidget):
         self.common = rich_label("")
         self.common.setWordWrap(True)
         self.common.hide()
+        self.video_box = QComboBox()
+        self.video_box.addItem(ALL_VIDEOS)
+        self.video_box.setToolTip("Rows of one video (the open one), or of every video")
+        self.video_box.currentTextChanged.connect(lambda _: self._refresh())
 
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
@@ -117,7 +116,7 @@ class TradeoffPanel(QWidget):
         self.table.setSortingEnabled(True)
         self.table.sortByColumn(COL["ms / run"], Qt.SortOrder.AscendingOrder)
 
-        self.plot = pg.PlotWidget(axisItems={"bottom": _LogMsAxis("bottom")})
+        self.plot = pg.PlotWidget(axisItems={"bottom": LogMsAxis("bottom")})
         self.plot.setBackground("w")
         self.plot.setLogMode(x=True, y=False)
         self.plot.showGrid(x=True, y=True, alpha=0.25)
@@ -134,6 +133,10 @@ class TradeoffPanel(QWidget):
         table_box = QWidget()
         table_layout = QVBoxLayout(table_box)
         table_layout.setContentsMargins(0, 0, 0, 0)
+        top = QHBoxLayout()
+        top.addWidget(plain_label("Video:"))
+        top.addWidget(self.video_box, 1)
+        table_layout.addLayout(top)
         table_layout.addWidget(self.common)
         table_layout.addWidget(self.table)
         self.splitter = splitter = QSplitter(Qt.Orientation.Vertical)
@@ -151,8 +154,41 @@ class TradeoffPanel(QWidget):
     # -- inputs ------------------------------------------------------------------------------
     @property
     def rows(self) -> dict[tuple, TradeoffRow]:
-        """The rows shown, by configuration (insertion order = first time a configuration was seen)."""
+        """Every row, by configuration (insertion order = first time a configuration was seen)."""
         return self.table_model.rows
+
+    @property
+    def video(self) -> str | None:
+        """The video whose rows are shown (None: every video's)."""
+        text = self.video_box.currentText()
+        return None if text == ALL_VIDEOS else text
+
+    def shown_rows(self) -> list[TradeoffRow]:
+        """The rows in the table and the scatter: the chosen video's, grouped by video for "All videos"."""
+        rows = list(self.rows.values())
+        if self.video is not None:
+            return [r for r in rows if video_name(r.video) == self.video]
+        order = {name: i for i, name in enumerate(dict.fromkeys(video_name(r.video) for r in rows))}
+        return sorted(rows, key=lambda r: order[video_name(r.video)])
+
+    def set_video(self, name: str | None) -> None:
+        """Show the rows of video ``name`` (the one just opened; None: every video's)."""
+        if name is not None:
+            self._know_video(name)
+        self.video_box.setCurrentText(ALL_VIDEOS if name is None else name)
+        self._refresh()
+
+    def _know_video(self, name: str) -> None:
+        if self.video_box.findText(name) < 0:
+            self.video_box.addItem(name)
+
+    def add_entry(self, entry: HistoryEntry) -> TradeoffRow | None:
+        """A history entry's row (a finished run or an opened report; others have no timing to compare)."""
+        if entry.report is None or entry.status not in (FINISHED, OPENED):
+            return None
+        run = entry.run
+        arrays = (run.tracks, run.visible) if run is not None and entry.report.tracks is None else (None, None)
+        return self.add_report(entry.report, *arrays)
 
     def add_report(self, report: Report | Mapping[str, Any], tracks: np.ndarray | None = None,
                    visible: np.ndarray | None = None) -> TradeoffRow:
@@ -163,6 +199,7 @@ class TradeoffPanel(QWidget):
         report = as_report(report)
         arrays = (tracks, visible) if tracks is not None and visible is not None else None
         row = self.table_model.add(report, arrays)
+        self._know_video(video_name(row.video))
         self._refresh()
         return row
 
@@ -172,6 +209,8 @@ class TradeoffPanel(QWidget):
         if not reports:
             raise ReportError(f"bench file {path} holds no reports")
         count = self.table_model.add_many(reports)
+        for row in self.rows.values():
+            self._know_video(video_name(row.video))
         self._refresh()
         return count
 
@@ -203,30 +242,33 @@ class TradeoffPanel(QWidget):
         self.splitter.setSizes([top, total - top])
 
     def _fill_table(self) -> None:
+        shown = self.shown_rows()
         self.table.setSortingEnabled(False)
-        self.table.setRowCount(len(self.rows))
-        for r, row in enumerate(self.rows.values()):
+        self.table.setRowCount(len(shown))
+        for r, row in enumerate(shown):
             base = row.baseline
-            speed_tip = (f"over {base.label} ({_ms(base.ms)})" if base is not None
+            speed_tip = (f"over {base.label} ({fmt_ms(base.ms)})" if base is not None
                          else f"no fp32 run of {row.tracker} on {row.device} at these batch sizes to compare with")
             px_tip = _PX_SOURCES.get(row.px_source, "no fp32 run with tracks to compare with")
             cells = [
+                (video_name(row.video), video_name(row.video), row.video or ""),
                 (row.tracker, row.tracker, row.report.label),
                 (row.device, row.device, ""),
-                (row.precision, row.precision, ""),
-                (_int(row.points_per_batch), row.points_per_batch, ""),
-                (_int(row.frames_per_batch), row.frames_per_batch, ""),
-                (_ms(row.ms), row.ms, f"{row.ms_basis} of {row.num_runs} run(s)" if row.ms_basis else ""),
-                (_fmt(row.frames_per_s, "{:.1f}"), row.frames_per_s, ""),
-                (_fmt(row.speedup, "{:.2f}x"), row.speedup, speed_tip),
-                (_bytes(row.peak_memory_bytes) + (" RSS" if row.memory_kind == MEMORY_PROCESS_RSS else ""),
+                (row.precision, row.precision, "" if row.precision != PRECISION_UNUSED else
+                 "the tracker has no precision setting"),
+                (row.points_per_batch_text or "—", row.points_per_batch, ""),
+                (row.frames_per_batch_text or "—", row.frames_per_batch, ""),
+                (fmt_ms(row.ms), row.ms, f"{row.ms_basis} of {row.num_runs} run(s)" if row.ms_basis else ""),
+                (fmt(row.frames_per_s, "{:.1f}"), row.frames_per_s, ""),
+                (fmt(row.speedup, "{:.2f}x"), row.speedup, speed_tip),
+                (fmt_bytes(row.peak_memory_bytes) + (" RSS" if row.memory_kind == MEMORY_PROCESS_RSS else ""),
                  row.peak_memory_bytes, _MEMORY_TIPS[row.memory_kind if row.peak_memory_bytes is not None else ""]),
-                (_fmt(row.aj, "{:.3f}"), row.aj, "" if row.aj is not None else "no ground truth in this report"),
-                (_px(row.px_vs_fp32), row.px_vs_fp32, px_tip),
+                (fmt(row.aj, "{:.3f}"), row.aj, "" if row.aj is not None else "no ground truth in this report"),
+                (fmt_px(row.px_vs_fp32), row.px_vs_fp32, px_tip),
                 (str(row.num_runs), row.num_runs, ""),
             ]
             for c, (text, key, tip) in enumerate(cells):
-                item = _SortItem(text)
+                item = SortItem(text)
                 item.setData(SORT_ROLE, key)
                 item.setData(Qt.ItemDataRole.UserRole, r)
                 if tip:
@@ -250,7 +292,9 @@ class TradeoffPanel(QWidget):
             if constant:
                 common.append((name, values.pop()))
         parts = {name: value for name, value in common}
-        who = " on ".join(f"<b>{esc(parts.pop(k))}</b>" for k in ("tracker", "device") if k in parts)
+        who = " on ".join(f"<b>{esc(parts.pop(k))}</b>" for k in ("tracker", "machine") if k in parts)
+        if "video" in parts:
+            who = (who + " " if who else "") + f"of <b>{esc(parts.pop('video'))}</b>"
         words = ([who] if who else []) + [esc(f"{value} {name}") if name != "runs" else esc(f"{value} runs each")
                                           for name, value in parts.items()]
         self.common.setText("Every row: " + ", ".join(words) if words else "")
@@ -258,7 +302,7 @@ class TradeoffPanel(QWidget):
 
     def accuracy_axis(self) -> str:
         """'aj' when any row has AJ against ground truth, else 'px'."""
-        return tradeoff_accuracy_axis(self.rows.values())
+        return tradeoff_accuracy_axis(self.shown_rows())
 
     def _draw_scatter(self) -> None:
         self.plot.clear()
@@ -270,7 +314,7 @@ class TradeoffPanel(QWidget):
                            else "px divergence from fp32 (lower is better)")
         by_precision: dict[str, list[TradeoffRow]] = {}
         skipped = 0
-        for row in self.rows.values():
+        for row in self.shown_rows():
             y = row.aj if axis == "aj" else row.px_vs_fp32
             if row.ms is None or row.ms <= 0 or y is None:
                 skipped += 1
@@ -286,7 +330,7 @@ class TradeoffPanel(QWidget):
                            symbolPen=pg.mkPen("k", width=1), name=precision)
         self._draw_labels(axis, [r for rows in by_precision.values() for r in rows])
         notes = []
-        if not self.rows:
+        if not self.shown_rows():
             notes.append("no runs yet: run the tracker at several precisions, or open a bench file")
         if skipped:
             notes.append(f"{skipped} run(s) not plotted: no timing or no accuracy "
@@ -297,18 +341,26 @@ class TradeoffPanel(QWidget):
             all_ms = [cast(float, r.ms) for rows in by_precision.values() for r in rows]
             all_y = [cast(float, r.aj if axis == "aj" else r.px_vs_fp32)
                      for rows in by_precision.values() for r in rows]
-            self.plot.getAxis("bottom").setTicks([_nice_ticks(min(all_ms), max(all_ms))])
+            self.plot.getAxis("bottom").setTicks([nice_ticks(min(all_ms), max(all_ms))])
             self._set_ranges(axis, all_ms, all_y)
             self._place_labels()
 
     def _draw_labels(self, axis: str, rows: list[TradeoffRow]) -> None:
         """A label per point (only the fields that vary), placed where it covers no dot and no other label."""
-        vary_p = len({r.points_per_batch for r in rows}) > 1
-        vary_f = len({r.frames_per_batch for r in rows}) > 1
+        vary_p = len({r.points_per_batch_seen for r in rows}) > 1
+        vary_f = len({r.frames_per_batch_seen for r in rows}) > 1
+        vary_tracker = len({r.tracker for r in rows}) > 1  # two 'fp32' points of two trackers say whose
+        vary_machine = len({r.device for r in rows}) > 1
+        vary_video = len({video_name(r.video) for r in rows}) > 1
         self._labels = []
         for r in sorted(rows, key=lambda r: cast(float, r.ms)):  # rows with ms and y only (_draw_scatter)
-            text = r.precision + (f" p{r.points_per_batch}" if vary_p else "") + (f" f{r.frames_per_batch}"
-                                                                                   if vary_f else "")
+            parts = [r.tracker] if vary_tracker or r.precision == PRECISION_UNUSED else []
+            parts += [r.precision] if r.precision != PRECISION_UNUSED else []
+            parts += [f"p{r.points_per_batch_text}"] if vary_p and r.points_per_batch_seen else []
+            parts += [f"f{r.frames_per_batch_text}"] if vary_f and r.frames_per_batch_seen else []
+            parts += [f"@{r.device}"] if vary_machine else []
+            parts += [f"[{video_name(r.video)}]"] if vary_video else []
+            text = " ".join(parts)
             item = pg.TextItem(text, color=PRECISION_COLOURS.get(r.precision, OTHER_COLOUR), anchor=(0, 0))
             self.plot.addItem(item)
             self._labels.append((item, float(np.log10(cast(float, r.ms))),
@@ -342,7 +394,7 @@ class TradeoffPanel(QWidget):
             for dx, dy in spots:
                 rect = (px + dx, py + dy, px + dx + tw, py + dy + th)
                 inside = rect[0] >= 0 and rect[1] >= 0 and rect[2] <= width and rect[3] <= height
-                if inside and not any(_overlap(rect, other) for other in taken):
+                if inside and not any(overlap(rect, other) for other in taken):
                     best = (dx, dy)
                     break
             left, top = px + best[0], py + best[1]
@@ -368,43 +420,3 @@ class TradeoffPanel(QWidget):
         x_lo = np.log10(min(all_ms) / TICK_MARGIN)
         x_hi = np.log10(max(all_ms) * TICK_MARGIN * LABEL_ROOM)
         self.plot.getViewBox().setRange(xRange=(x_lo, x_hi), yRange=(y_lo, y_hi), padding=0)
-
-
-def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
-    """Whether two (left, top, right, bottom) rectangles overlap."""
-    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
-
-
-def _nice_ticks(lo: float, hi: float) -> list[tuple[float, str]]:
-    """Ticks at 1-1.5-2-3-5-7 x 10^k (1-2-5 when that makes too many) around [lo, hi] ms, in log10 units."""
-    lo, hi = lo / TICK_MARGIN, hi * TICK_MARGIN
-    for steps in ((1, 1.5, 2, 3, 5, 7), (1, 2, 5), (1,)):
-        values = [m * 10.0 ** k for k in range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)
-                  for m in steps]
-        values = [v for v in values if lo <= v <= hi]
-        if len(values) <= MAX_TICKS:
-            break
-    return [(float(np.log10(v)), f"{v:g}") for v in values]
-
-
-def _ms(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1f} ms" if value >= 10 else f"{value:.2f} ms"
-
-
-def _px(value: float | None) -> str:
-    """Pixels to 3 significant digits: small divergences (0.0039 px) must not read as 0.00."""
-    return "—" if value is None else "0" if value == 0 else f"{value:.3g}"
-
-
-def _fmt(value: float | None, pattern: str) -> str:
-    return "—" if value is None else pattern.format(value)
-
-
-def _int(value: Any) -> str:
-    return "—" if value is None else str(value)
-
-
-def _bytes(value: float | None) -> str:
-    if value is None:
-        return "—"
-    return f"{value / GIB:.2f} GiB" if value >= GIB else f"{value / MIB:.0f} MiB"

@@ -13,6 +13,7 @@ Time is seconds since ``origin`` (a ``time.perf_counter()`` value, the clock of 
 from __future__ import annotations
 
 import bisect
+import math
 import time
 from typing import Any
 
@@ -30,8 +31,9 @@ POLL_HZ = 5.0  # highest paint rate; the sampler's data rate (10 Hz) is independ
 #: (a 60 s page on a 450 px plot: ~2 Hz); redrawing a curve for a sub-pixel step only costs the tracker
 MIN_STEP_PX = 4.0
 RSS_HEADROOM = 1.2  # the process-memory axis is set this far above the peak, and moved only when outgrown
-STAGE_PLOT_TITLE = "Stage time per batch (colours: stages, named below)"
+STAGE_PLOT_TITLE = "Stage time per batch (colours named below)"
 BREAKDOWN_AXIS_PX = 100  # the breakdown names its stages on its left axis
+BREAKDOWN_TITLE_SIZE = "10pt"  # a little above the time plots' 9pt; titles set the charts' narrowest width
 #: the breakdown's x range reaches past the longest bar by these factors: room for its value label
 LABEL_ROOM = 1.5
 LABEL_ROOM_ROOFLINE = 2.1
@@ -39,6 +41,8 @@ LABEL_ROOM_ROOFLINE = 2.1
 COLD_CLIP_RATIO = 3.0
 WARM_HEADROOM = 1.6  # the stage axis then reaches this factor above the tallest warm batch
 TIME_PLOT_MIN_PX = 90  # the charts scroll rather than squeeze a plot below this
+#: the time plots' left axes (one width, so their time axes line up): a 6-digit tick and its rotated unit label
+TIME_AXIS_PX = 64
 STAGE_PLOT_MIN_PX = 170  # the stage bars need more height than a telemetry curve
 BREAKDOWN_ROW_PX = 20  # height per stage in the breakdown
 BREAKDOWN_EXTRA_PX = 60  # title and axis of the breakdown
@@ -138,7 +142,7 @@ class ChartsPanel(QWidget):
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)  # narrower than the plots
         scroll.setWidget(self.glw)
         layout.addWidget(scroll, 1)
 
@@ -153,7 +157,8 @@ class ChartsPanel(QWidget):
         for p in (self.util, self.bw, self.mem, self.clock, self.power):
             p.hideAxis("bottom")  # the stage plot's axis names the shared time; each axis is redrawn when it moves
             p.getAxis("bottom").unlinkFromView()
-        self.breakdown = self.glw.addPlot(row=6, col=0, title="Per-stage breakdown of the last run (ms)")
+        self.breakdown = self.glw.addPlot(row=6, col=0)
+        self.breakdown.setTitle("Per-stage breakdown, last run (ms)", size=BREAKDOWN_TITLE_SIZE)
         self.breakdown.setMenuEnabled(False)
         self.breakdown.setMouseEnabled(False, False)
         self.breakdown.getAxis("left").setWidth(BREAKDOWN_AXIS_PX)
@@ -205,7 +210,7 @@ class ChartsPanel(QWidget):
         # no grid: translucent grid lines across six plots cost more to paint than all the curves
         if title != STAGE_PLOT_TITLE:  # the stage plot's colours are named by the breakdown below it
             p.addLegend(offset=(-5, 2), labelTextSize="8pt", verSpacing=-8, brush=(255, 255, 255, 200))
-        p.getAxis("left").setWidth(48)
+        p.getAxis("left").setWidth(TIME_AXIS_PX)
         p.setMinimumHeight(TIME_PLOT_MIN_PX)
         _unlink_hidden_axes(p)
         if row:
@@ -231,7 +236,7 @@ class ChartsPanel(QWidget):
         if self.gpu:
             name = self.static.get("name", "GPU")
             self.util.setTitle(f"{name}: GPU busy %" + (" and SM active %" if has["sm_active_pct"] else
-                                                       " (SM active needs GPM: not on this GPU)"), size="9pt")
+                                                       " (no SM active %: needs GPM)"), size="9pt")
             if self.dram_gbps:
                 self.bw.setTitle("DRAM bandwidth (GPM)", size="9pt")
                 self.bw.setLabel("left", units="GB/s")
@@ -240,7 +245,7 @@ class ChartsPanel(QWidget):
                 self._set_hline(self.bw, self.bw_peak, peak, f"peak {peak:.0f} GB/s" if peak else "")
                 self.bw.setYRange(0, (peak or 1000) * 1.05, padding=0)
             else:
-                self.bw.setTitle("Memory-controller busy % (share of time, not bytes/s; no GPM here)", size="9pt")
+                self.bw.setTitle("Memory-controller busy % (time share, not bytes/s: no GPM)", size="9pt")
                 self.bw.setLabel("left", units="%")
                 self._set_hline(self.bw, self.bw_peak, None, "")
                 self.bw.setYRange(*PCT_RANGE, padding=0)
@@ -572,6 +577,13 @@ class ChartsPanel(QWidget):
         shown = sum(p.isVisible() for p in (self.util, self.bw, self.mem, self.clock, self.power))
         self.glw.setMinimumHeight(shown * TIME_PLOT_MIN_PX + STAGE_PLOT_MIN_PX + int(self.breakdown.minimumHeight())
                                   + 20)
+        self._fit_width()
+
+    def _fit_width(self) -> None:
+        """The plots' narrowest layout (their titles, axes) as the charts' minimum width: in a narrower dock
+        they scroll sideways instead of being cut off at the right edge."""
+        needed = self.glw.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).width()
+        self.glw.setMinimumWidth(int(math.ceil(needed)) + 4)
 
     def _draw_breakdown(self) -> None:
         self._breakdown_due = None
@@ -644,11 +656,12 @@ class ChartsPanel(QWidget):
                 if arr.ndim == 1 and len(arr) == len(snap["t"]):
                     snap[k] = arr
             self.show_telemetry(snap, 0.0)
-            if self.gpu:  # say it is not this machine's GPU
-                self.mode_label.setText(f"Replay: telemetry recorded with the report on {self.static.get('name')} "
-                                        f"({len(snap['t'])} samples), not live from this machine.")
+            where = f"on {self.static.get('name')}" if self.gpu else "of the CPU and process memory"
+            self.mode_label.setText(f"Replay: telemetry recorded with the report {where} "  # not this machine's
+                                    f"({len(snap['t'])} samples), not live from this machine.")
         else:
             self.set_static({}, {"gpu_busy_pct": "the report has no telemetry"})
+            self.mode_label.setText("Replay: the report has no telemetry (nothing shown is live).")
         previous: RunConfig | None = None
         for run in report.runs:
             start = run.start_s
@@ -663,7 +676,8 @@ class ChartsPanel(QWidget):
         self._clip_cold(report)
         typical = report.totals.stage_ms  # the typical run's, when the report's totals say it
         self.set_breakdown(typical or self.stage_totals(last_run=False), cost)
-        self.breakdown.setTitle("Per-stage breakdown of a typical run (ms)" if typical else
-                                "Per-stage breakdown, all runs (ms)")
+        self.breakdown.setTitle("Per-stage breakdown, typical run (ms)" if typical else
+                                "Per-stage breakdown, all runs (ms)", size=BREAKDOWN_TITLE_SIZE)
+        self._fit_width()
         xs = [b[0] for b in self._batches] + (list(tel.t) if tel is not None and tel.t.size else [0.0])
         self.util.setXRange(min(0.0, min(xs)), max(xs) or 1.0, padding=0.02)

@@ -1,0 +1,163 @@
+"""Device memory a CorrTrack run needs, estimated from the run's shape before it starts.
+
+The estimate adds up the network's big tensors (shapes from engine/trackers/corrtrack/model.py):
+
+    e  = bytes per element of the compute dtype: 4 for fp32/tf32 (and int8/fp8, whose float ops stay
+         in float), 2 for fp16/bf16
+    T  = frames, N = points per batch (at most the query count), F = frames per batch (backbone chunk),
+    H x W the decoded frame size
+
+    kept for the whole run
+      weights    P x 4  (+ P x e: autocast's cast copies)                    P = parameter count
+      video      T x H x W x 3                                               (uint8 upload)
+      features   T x 64 x 64 x C x e                                         (C = feature_dim = 64)
+      grey       T x 256 x 256 x 4                                           (NCC polish on)
+    the larger of
+      backbone   F x (2 x H x W x 3 x 4 + BACKBONE_BYTES_PER_FRAME[e])
+                 (two float32 copies of each frame at its own size before the resize to 256, then the
+                 network's activations and convolution workspaces at 256 x 256)
+      batch      N x T x (PYRAMID_CELLS x e + TRACK_WORK_BYTES_PER_POINT_FRAME)
+                 PYRAMID_CELLS = 64^2 + 32^2 + 16^2: the correlation pyramid [N, T, s, s]; the rest is
+                 init_head's softmax over 32^2 cells and refine's windows, hidden state and MLP
+    plus
+      workspace  WORKSPACE_BYTES[e] (cuBLAS/cuDNN workspaces, CUDA graph pools)
+
+The batch term dominates long runs: 1024 points x 1500 frames in fp32 is about 50 GiB. The batch term's
+tensors are checked against live tensor bytes measured on the CPU (tests/test_device_memory.py); the
+backbone and workspace constants are fitted to the allocator's peak on an H200 over 144 run shapes
+(tests/data/h200/device_memory.json, scripts/device_memory.py): the estimate is never below the measured
+peak there, 1.09-1.63x above it for runs over 4 GiB. When the run is on a CUDA device,
+``check_device_memory`` compares the estimate with ``torch.cuda.mem_get_info`` and refuses with the points
+per batch or the frame count that would fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from engine.core.errors import UserError
+
+#: correlation cells per point and frame over the three pyramid levels (strides 4, 8, 16 of 256 px)
+PYRAMID_CELLS = 64 * 64 + 32 * 32 + 16 * 16
+#: other float32 bytes per point and frame while tracking: init_head's max/logsumexp/softmax over the
+#: 32x32 level (3 x 1024 x 4), refine's 3 x 49 window cells, hidden [.., 128] with its LayerNorm and
+#: 2x MLP, positions and logits (measured on the CPU: tests/test_device_memory.py)
+TRACK_WORK_BYTES_PER_POINT_FRAME = 3 * 1024 * 4 + 3 * 49 * 4 + 6 * 128 * 4
+#: float32 copies of a frame at its decoded size that the backbone's input step holds (uint8 -> float, /255)
+SOURCE_FLOAT_COPIES = 2
+#: device bytes per frame of the backbone at 256 x 256 by element size (fitted on the H200: fp32's
+#: convolutions take larger workspaces than the activations alone, about 7 MB a frame on the CPU)
+BACKBONE_BYTES_PER_FRAME = {4: 20 * 2**20, 2: 4 * 2**20}
+#: fixed device bytes by element size: cuBLAS/cuDNN workspaces and CUDA graph pools (fitted on the H200)
+WORKSPACE_BYTES = {4: 384 * 2**20, 2: 256 * 2**20}
+FEATURE_CELLS = 64 * 64
+GREY_BYTES_PER_FRAME = 256 * 256 * 4
+#: bytes per element of the compute dtype per precision mode
+ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "int8": 4, "fp8": 4}
+#: share of the free device memory a run may plan to use (allocator rounding, CUDA context, graph pools)
+DEVICE_HEADROOM = 0.8
+#: CorrTrack's defaults when the tracker object is not at hand
+DEFAULT_FEATURE_DIM = 64
+DEFAULT_PARAMETERS = 1_000_000
+CORRTRACK_NAMES = ("corrtrack", "corrtrack-nopolish")
+
+
+@dataclass(frozen=True)
+class DeviceEstimate:
+    """Device bytes one CorrTrack run needs, by part."""
+
+    kept_bytes: int  # weights, video, features, grey frames (for the whole run) and the fixed workspace
+    backbone_bytes: int  # one chunk of frames through the backbone
+    batch_bytes: int  # one batch of points through the cost volume and refinement
+    per_point_bytes: int  # batch bytes per point (for "how many points per batch fit")
+    num_frames: int
+
+    @property
+    def total_bytes(self) -> int:
+        """Peak: what is kept plus the larger of the two working sets."""
+        return self.kept_bytes + max(self.backbone_bytes, self.batch_bytes)
+
+
+def estimate_corrtrack_device_bytes(num_frames: int, width: int, height: int, num_queries: int,
+                                    points_per_batch: int, frames_per_batch: int, precision: str = "fp32",
+                                    parameters: int = DEFAULT_PARAMETERS, feature_dim: int = DEFAULT_FEATURE_DIM,
+                                    polish: bool = True) -> DeviceEstimate:
+    """The formula of the module docstring."""
+    e = ELEMENT_BYTES.get(precision, 4)
+    t = max(0, int(num_frames))
+    n = max(0, min(int(points_per_batch), int(num_queries)))
+    weights = parameters * 4 + (parameters * e if e < 4 else 0)
+    pixels = int(width) * int(height)
+    kept = (weights + t * pixels * 3 + t * FEATURE_CELLS * feature_dim * e
+            + (t * GREY_BYTES_PER_FRAME if polish else 0) + WORKSPACE_BYTES[4 if e >= 4 else 2])
+    per_point = t * (PYRAMID_CELLS * e + TRACK_WORK_BYTES_PER_POINT_FRAME)
+    chunk = min(max(1, int(frames_per_batch)), max(t, 1))
+    backbone = chunk * (SOURCE_FLOAT_COPIES * pixels * 3 * 4 + BACKBONE_BYTES_PER_FRAME[4 if e >= 4 else 2])
+    return DeviceEstimate(kept, backbone, n * per_point, per_point, t)
+
+
+def estimate_for_tracker(tracker: Any, num_frames: int, width: int, height: int, num_queries: int,
+                         points_per_batch: int, frames_per_batch: int, precision: str) -> DeviceEstimate | None:
+    """The estimate for a tracker given by name or object; None for a tracker the formula does not model."""
+    name = tracker if isinstance(tracker, str) else getattr(tracker, "name", "")
+    if str(name) not in CORRTRACK_NAMES:
+        return None
+    parameters, feature_dim, polish = DEFAULT_PARAMETERS, DEFAULT_FEATURE_DIM, str(name) == "corrtrack"
+    model = getattr(tracker, "model", None)
+    if model is not None and hasattr(model, "parameters"):
+        parameters = sum(int(p.numel()) for p in model.parameters())
+        feature_dim = int(getattr(getattr(model, "cfg", None), "feature_dim", feature_dim))
+    polish = bool(getattr(tracker, "polish", polish))
+    return estimate_corrtrack_device_bytes(num_frames, width, height, num_queries, points_per_batch,
+                                           frames_per_batch, precision, parameters, feature_dim, polish)
+
+
+def free_device_bytes(device: Any) -> int | None:
+    """Free memory on a CUDA device (torch.cuda.mem_get_info), or None off CUDA or when it cannot say."""
+    try:
+        import torch
+
+        dev = torch.device(device)
+        if dev.type != "cuda" or not torch.cuda.is_available():
+            return None
+        free, _total = torch.cuda.mem_get_info(dev)
+        return int(free)
+    except Exception:  # no driver, a lost device: the run itself will say
+        return None
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def check_device_memory(estimate: DeviceEstimate | None, what: str, free: int | None,
+                        points_per_batch: int) -> None:
+    """UserError when the run cannot fit in ``free`` device bytes, suggesting points per batch or frames that fit."""
+    if estimate is None or free is None:
+        return
+    budget = int(free * DEVICE_HEADROOM)
+    if estimate.total_bytes <= budget:
+        return
+    room = budget - estimate.kept_bytes
+    fit_points = int(room // estimate.per_point_bytes) if estimate.per_point_bytes > 0 and room > 0 else 0
+    if fit_points >= 1:
+        hint = f"use --points-per-batch {min(fit_points, points_per_batch)} or fewer, or track fewer frames"
+    else:
+        per_frame = (estimate.total_bytes / max(1, estimate.num_frames))
+        frames = max(1, int(budget // per_frame)) if per_frame > 0 else 1
+        hint = f"track at most about {frames} frames (--max-frames {frames}) with fewer points per batch"
+    raise UserError(
+        f"{what}: the run needs about {_gib(estimate.total_bytes)} of device memory (kept {_gib(estimate.kept_bytes)}, "
+        f"largest batch {_gib(max(estimate.batch_bytes, estimate.backbone_bytes))}), "
+        f"only {_gib(free)} is free", hint)
+
+
+def check_run_device_memory(tracker: Any, device: Any, what: str, *, num_frames: int, width: int, height: int,
+                            num_queries: int, points_per_batch: int, frames_per_batch: int,
+                            precision: str) -> DeviceEstimate | None:
+    """Before a run: refuse (UserError) when the tracker's estimate exceeds the free memory of a CUDA ``device``."""
+    estimate = estimate_for_tracker(tracker, num_frames, width, height, num_queries, points_per_batch,
+                                    frames_per_batch, precision)
+    check_device_memory(estimate, what, free_device_bytes(device), points_per_batch)
+    return estimate
