@@ -30,6 +30,7 @@ from engine.core.paths import SAMPLE_VIDEO, ground_truth_sidecar, queries_sideca
 from engine.core.units import GIB, MIB, format_bytes, format_ms, ms_value
 
 # -- video, queries and tracks files -----------------------------------------------------------------------------
+from engine.io.frames import APP_BUDGET_BYTES, DecodeProgress, FrameStore, open_frames
 from engine.io.geometry import VideoGeometry
 from engine.io.video import VIDEO_EXTENSIONS, WRITER_FOURCC, open_video, write_video
 from engine.io.trackio import grid_queries, load_ground_truth, load_tracks, read_queries_csv, save_tracks
@@ -166,6 +167,7 @@ __all__ = [
     "compare_reports", "compare_rows", "decode_clock_reasons", "device_choices", "format_bytes", "format_ms",
     "ms_value", "device_name", "divergence", "find_baseline", "gate", "grid_queries", "ground_truth_sidecar",
     "load_any", "load_bench", "load_ground_truth", "load_report", "load_reports", "load_tracker", "load_tracks",
+    "APP_BUDGET_BYTES", "DecodeProgress", "FrameStore", "open_frames",
     "open_video", "precision_gates", "project", "queries_sidecar", "read_queries_csv", "resolve_device",
     "resources_dir", "row_from_report", "run_accuracy", "run_title", "sample_video_path", "save", "save_tracks",
     "tunable_settings", "values_taken",

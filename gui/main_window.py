@@ -163,6 +163,8 @@ class MainWindow(QMainWindow):
         """Wire the state to the widgets that show it, and the controls to the controllers."""
         s, p, files, runs = self.state, self.run_panel, self.files, self.runs
         s.video_changed.connect(self._show_video)
+        s.video_progress.connect(self.view.show_decoding)
+        self.view.cancel_decoding.connect(files.cancel_decoding)
         s.queries_changed.connect(self._show_queries)
         s.current_changed.connect(self._show_tracks)
         s.tracks_updated.connect(self._show_tracks)
@@ -450,6 +452,7 @@ class MainWindow(QMainWindow):
             return
         self._closing = True
         self.controller.close()
+        self.files.stop_decoding()
         self.exports.shutdown()
         self.capture.shutdown()
         if self.cost is not None:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from engine.api import Analysis, Report, RunConfig, VideoGeometry, analyse
+from engine.api import Analysis, DecodeProgress, FrameStore, Report, RunConfig, VideoGeometry, analyse
 from gui.history import FINISHED, HistoryEntry, RunHistory, video_name, why_not_comparable
 from gui.model import RunData
 
@@ -46,7 +46,8 @@ class Comparison:
 class AppState(QObject):
     """What the window shows and works on; every change is announced by a signal."""
 
-    video_changed = Signal()  # frames, video_path, video_info
+    video_changed = Signal()  # frames, video_path, video_info (also when decoding ends with another frame count)
+    video_progress = Signal(object)  # DecodeProgress of the video shown, while it decodes and once at its end
     queries_changed = Signal()
     current_changed = Signal()  # another run is shown (or none)
     tracks_updated = Signal()  # the current run's tracks got new points (in place)
@@ -62,7 +63,7 @@ class AppState(QObject):
 
     def __init__(self, config: RunConfig | None = None, parent: QObject | None = None):
         super().__init__(parent)
-        self.frames: np.ndarray | None = None  # uint8 [T, H, W, 3]
+        self.video: FrameStore | None = None  # the video's frames: bounded, decoded in the background
         self.geometry = VideoGeometry.unscaled(1, 1)  # source vs frame pixels of the video shown
         self.video_path: str | None = None
         self.video_info: dict[str, Any] = {}
@@ -79,12 +80,23 @@ class AppState(QObject):
         self.last_message: Message | None = None
 
     # -- video and queries -------------------------------------------------------------------------------
-    def set_video(self, frames: np.ndarray, path: str | None, info: dict[str, Any],
+    @property
+    def frames(self) -> np.ndarray | None:
+        """uint8 [T, H, W, 3], the video's frames as kept (frames not decoded yet are black), or None."""
+        return None if self.video is None else self.video.frames
+
+    @property
+    def decoding(self) -> bool:
+        """Whether the video shown is still being decoded (a run or capture waits for it)."""
+        return self.video is not None and not self.video.complete
+
+    def set_video(self, frames: np.ndarray | FrameStore, path: str | None, info: dict[str, Any],
                   geometry: VideoGeometry | None = None) -> None:
-        """A new video: forget the run, report and ground truth of the previous one."""
-        self.frames = np.ascontiguousarray(frames)
-        t, h, w = self.frames.shape[:3]
-        self.geometry = geometry or VideoGeometry.unscaled(w, h)  # queries and tracks: its source pixels
+        """A new video (frames uint8 [T, H, W, 3], or a store still decoding): forget the run, report and
+        ground truth of the previous one."""
+        store = frames if isinstance(frames, FrameStore) else FrameStore.from_array(frames, geometry)
+        self.video = store
+        self.geometry = geometry or store.geometry  # queries and tracks: its source pixels
         self.video_path = path
         self.video_info = dict(info)
         self.current = None
@@ -97,6 +109,15 @@ class AppState(QObject):
         self.current_changed.emit()
         self.report_changed.emit()  # the Diagnosis tab must not keep the previous video's run
         self.selection_changed.emit()
+
+    def video_decoding(self, progress: DecodeProgress) -> None:
+        """The video's decoding went on; at its end, a frame count other than the container's re-shows it."""
+        if self.video is None:
+            return
+        if progress.complete and len(self.video) != self.video_info.get("num_frames"):
+            self.video_info["num_frames"] = len(self.video)
+            self.video_changed.emit()
+        self.video_progress.emit(progress)
 
     def set_queries(self, queries: np.ndarray) -> None:
         """New queries [N, 3]; the current run is dropped when it tracked other ones."""

@@ -7,15 +7,14 @@ import sys
 from pathlib import Path
 
 from engine.cli.common import (
-    Progress,
     add_run_arguments,
     check_distinct_outputs,
     check_output_path,
     config_from_args,
 )
+from engine.cli.progress import LiveBar
 from engine.core.errors import UserError
 from engine.core.precision import gate
-from engine.io.geometry import VideoGeometry
 from engine.io.trackio import grid_queries, read_queries_csv, save_tracks
 from engine.run.session import BatchDone, Failed, Finished, Session, Started
 
@@ -38,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from engine.core.devices import resolve_device
-    from engine.io.video import open_video
+    from engine.io.frames import open_frames
     from engine.run.device_memory import check_run_device_memory
     from engine.run.memory import check_host_memory, estimate_host_bytes
     from engine.trackers import load_tracker
@@ -56,17 +55,24 @@ def run(args: argparse.Namespace) -> int:
     if args.max_frames is not None and args.max_frames < 1:
         raise UserError(f"--max-frames must be at least 1, got {args.max_frames}")
     queries = read_queries_csv(args.queries) if args.queries is not None else None
-    with open_video(args.video) as reader:
+    store = open_frames(args.video, budget_bytes=None, max_side=None, stop=args.max_frames)
+    try:  # decoded at the reader's output size, exactly as reader.read() would: the tracks do not change
+        reader_info = store.info
+        assert reader_info is not None
         if queries is None:
-            queries = grid_queries(args.grid, reader.info.width, reader.info.height)
-        claimed = reader.info.num_frames
-        stop = None if args.max_frames is None or args.max_frames >= claimed else args.max_frames
-        width, height = reader.output_size
-        check_host_memory(estimate_host_bytes(stop or claimed, width, height, len(queries), config.tracker),
+            queries = grid_queries(args.grid, reader_info.width, reader_info.height)
+        width, height = store.size
+        expected = store.progress.total  # the container's count (or --max-frames)
+        check_host_memory(estimate_host_bytes(expected, width, height, len(queries), config.tracker),
                           str(args.video))
-        frames = reader.read(0, stop)
-        info = {**reader.info.to_dict(), "warnings": list(reader.warnings)}
-        geometry = VideoGeometry.from_info(reader.info, frames)
+        with LiveBar(expected, "decoding", "frame") as bar:
+            for step in store.decode():
+                bar.update_to(step.decoded)
+            bar.update_to(store.decoded)
+    finally:
+        store.close()
+    frames, geometry = store.frames, store.geometry
+    info = {**reader_info.to_dict(), "warnings": list(store.warnings)}
     info["num_frames"] = len(frames)
     check_host_memory(estimate_host_bytes(len(frames), width, height, len(queries), config.tracker),
                       str(args.video), frames_held=True)
@@ -84,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         from engine.report.recorder import RunRecorder
 
         recorder = RunRecorder()
-    progress = Progress(len(queries), "tracking")
+    progress = LiveBar(len(queries), "tracking", "pt")
     last = None
     for event in session.events():
         if recorder is not None:
@@ -99,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
             if event.precision_gate and gate(config.precision, event.device).runnable:
                 print(f"trackscope track: warning: {event.precision_gate}", file=sys.stderr)
         elif isinstance(event, BatchDone):
-            progress.update(event.stop, f"{event.wall_ms:.0f} ms")
+            progress.update_to(event.stop, f"last batch {event.wall_ms:.0f} ms")
         last = event
     progress.close()
     if isinstance(last, Failed):

@@ -194,6 +194,7 @@ class _CaptureSource:
         self.path = path
         self._cap: cv2.VideoCapture | None = None
         self._pos = 0  # index of the frame self._cap would return next
+        self.first: np.ndarray | None = None  # frame 0 as decoded at open (raw), until take_first() takes it
 
     def open_fresh(self) -> cv2.VideoCapture:
         """A new capture at frame 0, or VideoError if OpenCV cannot open the file."""
@@ -285,6 +286,17 @@ class VideoReader:
         self.max_side = max_side
         self.corrupt_frames: list[int] = []  # indices of frames that did not decode, replaced on read
         self._closed = False
+
+    def take_first(self, size: tuple[int, int] | None = None) -> np.ndarray | None:
+        """Frame 0 as decoded while opening (uint8 [H, W, 3] RGB, resized to size), once; None when not kept.
+
+        The capture then stands at frame 1, so ``iter_frames(1)`` goes on without opening the file again.
+        """
+        raw = getattr(self._source, "first", None)
+        if raw is None or self._closed:
+            return None
+        self._source.first = None
+        return _resize_one(_to_rgb_uint8(raw, self.info.path), _check_size(size) or self.output_size)
 
     # -- public -------------------------------------------------------------------------------
 
@@ -523,6 +535,7 @@ def _open_file(path: Path) -> tuple[_CaptureSource, VideoInfo, list[str]]:
             raise VideoError(f"{path}: no decodable frames (container claims {int(claimed)}); corrupt stream")
         raise VideoError(f"{path}: video contains no frames")
     source.give_back(cap, 1)
+    source.first = first  # a frame store shows it at once instead of decoding it again
     file_bytes = path.stat().st_size
     if math.isfinite(claimed) and 0 < claimed <= min(MAX_PLAUSIBLE_FRAME_COUNT,
                                                      file_bytes / MIN_CONTAINER_BYTES_PER_FRAME):

@@ -42,8 +42,9 @@ class CaptureController(QObject):
     def start(self) -> bool:
         """Capture the current video, queries and configuration; False (with a message) when it cannot."""
         s = self.state
-        if s.frames is None or not len(s.queries):
-            s.post_message("open a video and add query points before a deep capture", level="warning")
+        if s.frames is None or not len(s.queries) or s.decoding:
+            s.post_message("open a video (decoded to its end) and add query points before a deep capture",
+                           level="warning")
             return False
         if self._is_running() or self.busy:
             s.post_message("a run or a capture is in progress: stop it, then capture", level="warning")

@@ -17,8 +17,10 @@ from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QFileDialog, QWidget
 
 from engine.api import (
+    APP_BUDGET_BYTES,
     VIDEO_EXTENSIONS,
     Analysis,
+    FrameStore,
     Report,
     ReportVideo,
     UserError,
@@ -30,7 +32,7 @@ from engine.api import (
     ground_truth_sidecar,
     load_any,
     load_ground_truth,
-    open_video,
+    open_frames,
     queries_sidecar,
     read_queries_csv,
     sample_video_path,
@@ -39,12 +41,22 @@ from gui.history import OPENED, analysis_for, report_settings, video_name
 from gui.model import RunData
 from gui.settings import Settings
 from gui.state import AppState
+from gui.worker import GeneratorWorker, WorkerHandle, start_worker
 
 REPORT_SUFFIXES = (".json",)
 QUERY_SUFFIXES = (".csv",)
 VIDEO_PATTERNS = " ".join(f"*{ext}" for ext in VIDEO_EXTENSIONS)
 #: report fields a replayed report sets in the toggles (not its device: Run repeats it here)
 ADOPTED_CONFIG = ("tracker", "precision", "points_per_batch", "frames_per_batch")
+#: a video whose kept frames are at most this many bytes is decoded at once on opening (a few ms); a larger one
+#: in a worker thread, its first frame shown at once, with progress and Cancel
+DECODE_IN_PLACE_BYTES = 16 * 2**20
+DECODE_THREAD_NAME = "decode-video"
+#: a video file at most this large is opened here (a few ms, errors at once); a larger one in the worker (opening
+#: a 1080p stream, its first frame included, took 60-140 ms here: over the 100 ms the event loop may stall)
+OPEN_IN_PLACE_FILE_BYTES = 2 * 2**20
+#: the most memory a video's frames take in the app, whatever its length (longer videos are kept smaller)
+VIDEO_MEMORY_BYTES = APP_BUDGET_BYTES
 
 
 def sidecar_ground_truth(video: Path) -> dict[str, np.ndarray] | None:
@@ -84,6 +96,10 @@ class FileController(QObject):
         self._shutdown_run = shutdown_run
         self._grid_size = grid_size
         self._current_frame = current_frame
+        self._decoder: WorkerHandle | None = None  # the worker decoding the video shown
+        self._decoding_store: FrameStore | None = None  # what it decodes
+        self._ending: list[WorkerHandle] = []  # decoders that are done, until their threads have ended
+        self._decoding_path: tuple[Path, np.ndarray | None] = (Path(), None)  # what the decoder opens
 
     # -- opening -------------------------------------------------------------------------------------
     def load_path(self, path: str | Path) -> bool:
@@ -104,31 +120,168 @@ class FileController(QObject):
         self.settings.add_recent(path)
         return True
 
-    def open_video(self, path: str | Path, queries: np.ndarray | None = None) -> None:
-        """Decode a video (VideoError on failure) and show it with its queries CSV or a grid."""
+    def open_video(self, path: str | Path, queries: np.ndarray | None = None, background: bool = True) -> None:
+        """Open a video and show its first frame with its queries CSV or a grid; the rest decodes in a worker
+        into a store of bounded size. A file over OPEN_IN_PLACE_FILE_BYTES (with ``background``) is opened in
+        the worker too, its problems posted as messages; a smaller one here (VideoError on failure)."""
         path = Path(path)
-        with open_video(path) as reader:
-            frames = reader.read()
-            info = {**reader.info.to_dict(), **VideoGeometry.from_info(reader.info, frames).to_dict()}
-            warnings = list(reader.warnings)
-        if len(frames) == 0:
-            raise UserError(f"{path}: the video holds no frames")
-        self.set_video(frames, fps=info.get("fps"), path=str(path), info=info, queries=queries)
-        sidecar = queries_sidecar(path)
-        if queries is None and sidecar.exists():
-            self.set_queries(self.csv_queries(sidecar))
-        self.state.set_ground_truth(sidecar_ground_truth(path))
-        if warnings:
-            self.state.post_message("; ".join(warnings), level="warning")
+        self.stop_decoding()  # the previous video's decoding ends first
+        if background and path.is_file() and path.stat().st_size > OPEN_IN_PLACE_FILE_BYTES:
+            self._start_decoding(None, path, queries)
+            return
+        store = open_frames(path, budget_bytes=VIDEO_MEMORY_BYTES)  # the header and frame 0 only
+        if store.nbytes <= DECODE_IN_PLACE_BYTES:
+            try:
+                store.decode_all()
+            finally:
+                store.close()
+            self._show_store(store, path, queries)
+            self._decoded(store)
+        else:
+            self._show_store(store, path, queries)
+            self._start_decoding(store, path, queries)
 
-    def set_video(self, frames: np.ndarray, fps: float | None = None, path: str | None = None,
+    def _show_store(self, store: FrameStore, path: Path, queries: np.ndarray | None) -> None:
+        """A newly opened video into the state, with its sidecar queries and ground truth."""
+        info = {**store.info.to_dict(), **store.geometry.to_dict()} if store.info is not None else {}
+        try:
+            self.set_video(store, fps=info.get("fps"), path=str(path), info=info, queries=queries)
+        except BaseException:
+            store.close()
+            raise
+        sidecar = queries_sidecar(path)
+        try:
+            if queries is None and sidecar.exists():
+                self.set_queries(self.csv_queries(sidecar))
+        finally:
+            self.state.set_ground_truth(sidecar_ground_truth(path))
+
+    @property
+    def decoding(self) -> bool:
+        """Whether a video is being decoded in the background."""
+        return self._decoder is not None
+
+    def _start_decoding(self, store: FrameStore | None, path: Path, queries: np.ndarray | None) -> None:
+        """Decode ``store`` in a worker; with none, the worker opens ``path`` first and yields the store."""
+
+        def work() -> Any:
+            opened = store if store is not None else open_frames(path, budget_bytes=VIDEO_MEMORY_BYTES)
+            try:
+                if store is None:
+                    yield opened  # shown on the GUI thread, then decoded on
+                return (yield from opened.decode())
+            except GeneratorExit:  # cancelled: release the decoder here (the GUI may never take the store)
+                opened.close()
+                raise
+
+        def connect(worker: GeneratorWorker, thread: Any) -> None:  # bound slots: delivered on the GUI thread
+            worker.yielded.connect(self._on_progress)
+            worker.returned.connect(self._on_decoded)
+            worker.errored.connect(self._on_decode_failed)
+            worker.done.connect(self._on_decoder_done)
+            thread.finished.connect(self._forget_ended)
+
+        self._decoding_store = store
+        self._decoding_path = (path, queries)
+        self._decoder = start_worker(work, DECODE_THREAD_NAME, connect=connect)
+        if store is not None:
+            self.state.video_decoding(store.progress)
+
+    def _current_decoder(self) -> FrameStore | None:
+        """The store the signal's sender decodes, when that is the current decoding (else a stale signal)."""
+        handle = self._decoder
+        return self._decoding_store if handle is not None and self.sender() is handle.worker else None
+
+    def _on_progress(self, value: Any) -> None:
+        handle = self._decoder
+        if handle is None or self.sender() is not handle.worker:
+            return  # a stale value of a stopped decoder
+        handle.worker.handled()
+        if isinstance(value, FrameStore):  # opened in the worker: show it now
+            self._decoding_store = value
+            path, queries = self._decoding_path
+            try:
+                self._show_store(value, path, queries)
+            except UserError as exc:
+                self.state.post_message(exc.message, exc.suggestion)
+            self.state.video_decoding(value.progress)
+        elif self._decoding_store is not None:
+            self.state.video_decoding(value)
+
+    def _on_decoded(self, _result: Any) -> None:
+        store = self._current_decoder()
+        if store is not None:
+            self._decoded(store)
+
+    def _on_decode_failed(self, exc: BaseException) -> None:
+        handle = self._decoder
+        if handle is None or self.sender() is not handle.worker:
+            return
+        store = self._decoding_store
+        if store is None:  # the video did not open: the one shown stays
+            self.state.post_message(exc.message if isinstance(exc, UserError) else f"cannot open the video: {exc}",
+                                    getattr(exc, "suggestion", None))
+            return
+        store.keep_decoded()
+        store.close()
+        if store is self.state.video:
+            self.state.video_decoding(store.progress)
+            text = exc.message if isinstance(exc, UserError) else f"decoding stopped: {type(exc).__name__}: {exc}"
+            self.state.post_message(text, getattr(exc, "suggestion", None))
+
+    def _on_decoder_done(self) -> None:
+        handle = self._decoder
+        if handle is not None and self.sender() is handle.worker:
+            self._decoder = None
+            self._ending.append(handle)  # kept (a QThread must outlive its thread) until it has ended
+
+    def _forget_ended(self) -> None:
+        for handle in [h for h in self._ending if not h.running]:
+            self._ending.remove(handle)
+            handle.delete_later()
+
+    def _decoded(self, store: FrameStore) -> None:
+        """Decoding ended (all frames, or the first N at a truncated stream)."""
+        store.close()
+        if store is not self.state.video:
+            return
+        self.state.video_decoding(store.progress)
+        if store.warnings:
+            self.state.post_message("; ".join(store.warnings), level="warning")
+
+    def cancel_decoding(self) -> None:
+        """Cancel: the video becomes the frames decoded so far (a message says how many)."""
+        store = self.state.video
+        if self._decoder is None or store is None or store.complete:
+            return
+        self.stop_decoding()
+        total = store.progress.total
+        store.keep_decoded()
+        store.close()
+        self.state.video_decoding(store.progress)
+        self.state.post_message(f"decoding cancelled: showing the first {len(store)} of {total} frames",
+                                "open the video again to decode all of it", level="info")
+
+    def stop_decoding(self) -> None:
+        """End the background decoding, if any, and wait for its thread (opening another video, closing)."""
+        handle, self._decoder = self._decoder, None
+        if handle is not None:
+            handle.join()
+            handle.delete_later()
+        for ending in self._ending:
+            ending.join()
+
+    def set_video(self, frames: np.ndarray | FrameStore, fps: float | None = None, path: str | None = None,
                   info: dict[str, Any] | None = None, queries: np.ndarray | None = None) -> None:
-        """Show frames uint8 [T, H, W, 3]; queries default to a grid on frame 0."""
+        """Show frames uint8 [T, H, W, 3] (or a store, decoding); queries default to a grid on frame 0."""
         if self._is_running():
             self._shutdown_run()
+        if not isinstance(frames, FrameStore):
+            self.stop_decoding()
         info = info or {}
-        geometry = VideoGeometry.from_info(info, frames)  # queries and tracks are its source pixels
-        self.state.set_video(frames, path, {**info, "path": path, "num_frames": int(frames.shape[0]),
+        # queries and tracks are the geometry's source pixels
+        geometry = frames.geometry if isinstance(frames, FrameStore) else VideoGeometry.from_info(info, frames)
+        self.state.set_video(frames, path, {**info, "path": path, "num_frames": len(frames),
                                             **geometry.to_dict(), "width": geometry.source_width,
                                             "height": geometry.source_height, "fps": fps or info.get("fps")},
                              geometry)
@@ -163,7 +316,7 @@ class FileController(QObject):
         video = report.video
         video_path = resolve_report_video(Path(path), video)
         if video_path is not None:
-            self.open_video(video_path, queries=run.queries if run else None)
+            self.open_video(video_path, queries=run.queries if run else None, background=False)  # the run goes on it
         elif run is not None:
             if video.geometry is not None:  # a blank canvas of the decoded size, placed in source pixels
                 (w, h), info = video.geometry.frame_size, video.geometry.to_dict()

@@ -76,6 +76,10 @@ class RunActions(QObject):
         if s.frames is None:
             s.post_message("no video is open", "open a video (File > Open) or drop one on the window")
             return False
+        if s.decoding:  # the tracker is fed the whole video: it waits for the last frame
+            s.post_message("the video is still decoding", "wait for it to finish (or Cancel it to track the frames "
+                           "decoded so far)", level="info")
+            return False
         if len(s.queries) == 0:
             s.post_message("no query points", "click on the video, make a grid, or load a queries CSV")
             return False
