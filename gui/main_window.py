@@ -276,7 +276,11 @@ class MainWindow(QMainWindow):
         t, h, w = s.frames.shape[:3]
         name = Path(s.video_path).name if s.video_path else "video"
         self.setWindowTitle(f"trackscope — {name}")
-        self.status_label.setText(f"{name}: {t} frames, {w}x{h}, {format_fps(fps)} fps")
+        g = s.geometry
+        size = f"{g.source_width}x{g.source_height}"  # the video's own size; the frames kept may be smaller
+        if (w, h) != (g.source_width, g.source_height):
+            size += f" (shown at {w}x{h})"
+        self.status_label.setText(f"{name}: {t} frames, {size}, {format_fps(fps)} fps")
 
     def _show_queries(self) -> None:
         self.view.set_queries(self.state.queries)

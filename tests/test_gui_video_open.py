@@ -148,6 +148,7 @@ def test_a_long_video_is_kept_within_the_memory_budget(qtbot, window, clip, monk
     assert window.frames.shape[1:3] == (SIZE // 2, SIZE // 2)
     g = window.state.geometry
     assert g.source_size == (SIZE, SIZE) and g.frame_size == (SIZE // 2, SIZE // 2)
+    assert f"{SIZE}x{SIZE} (shown at {SIZE // 2}x{SIZE // 2})" in window.status_label.text()  # the video's own size
     shown = window.view.image.mapRectToParent(window.view.image.boundingRect())  # placed in source pixels
     assert shown.width() == pytest.approx(SIZE)
     window.set_queries(np.array([[0, 8.0, 12.0]], np.float32))  # source pixels: on the moving square
@@ -180,3 +181,4 @@ def test_a_large_file_that_does_not_open_is_a_message(qtbot, window, tmp_path, m
     qtbot.waitUntil(lambda: not window.files.decoding, timeout=WAIT_MS)
     assert "broken.mp4" in window.banner.message and window.banner.isVisible()
     assert window.frames is before  # the open video stays
+    assert str(bad.resolve()) not in window.settings.recent_files()  # before: listed as if it had opened

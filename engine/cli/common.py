@@ -39,27 +39,3 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         raise UserError(str(exc)) from exc
 
 
-class Progress:
-    """A one-line progress bar on a terminal; silent otherwise."""
-
-    def __init__(self, total: int, label: str, stream=None):
-        self.total = max(1, total)
-        self.label = label
-        self.stream = stream or sys.stderr
-        self.enabled = self.stream.isatty()
-
-    def update(self, done: int, extra: str = "") -> None:
-        if not self.enabled:
-            return
-        width = 30
-        filled = int(width * done / self.total)
-        bar = "#" * filled + "-" * (width - filled)
-        self.stream.write(f"\r{self.label} [{bar}] {done}/{self.total} {extra}")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()
-
-

@@ -218,7 +218,8 @@ class FileController(QObject):
         if handle is None or self.sender() is not handle.worker:
             return
         store = self._decoding_store
-        if store is None:  # the video did not open: the one shown stays
+        if store is None:  # the video did not open: the one shown stays, and it leaves the recent files
+            self.settings.remove_recent(str(self._decoding_path[0].resolve()))
             self.state.post_message(exc.message if isinstance(exc, UserError) else f"cannot open the video: {exc}",
                                     getattr(exc, "suggestion", None))
             return
