@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from engine.core.config import DEFAULT_FRAMES_PER_BATCH, DEFAULT_POINTS_PER_BATCH, PRECISIONS, RunConfig
 from engine.core.errors import UserError
