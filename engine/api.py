@@ -21,7 +21,7 @@ from engine.core.outputs import check_output_path
 from engine.core.atomic import atomic_path
 
 # -- run configuration, precision modes and their hardware gates, devices ---------------------------------------
-from engine.core.config import PRECISIONS, RunConfig
+from engine.core.config import DEFAULT_TUNABLE, PRECISIONS, RunConfig
 from engine.core.precision import Gate, gate
 from engine.core.devices import device_name, resolve_device
 
@@ -91,10 +91,6 @@ from engine.workflows.count import CountedWork, CountProcess, count_work, with_c
 from engine.analysis.tradeoff import accuracy_axis as tradeoff_accuracy_axis
 # isort: on
 
-#: the RunConfig fields a tracker uses unless its description says otherwise
-DEFAULT_TUNABLE = ("precision", "points_per_batch", "frames_per_batch")
-#: how each tunable field reads in a run title
-_TITLE_PARTS = {"precision": "{}", "points_per_batch": "p{}", "frames_per_batch": "f{}"}
 #: the file names write_video can write (the overlaid-video export checks its path against them first)
 VIDEO_WRITE_SUFFIXES = tuple(WRITER_FOURCC)
 
@@ -143,11 +139,13 @@ def run_title(config: RunConfig | Mapping[str, Any], tracker: Mapping[str, Any] 
     tracker: the tracker's description (``Started.tracker`` or a report's ``tracker``), whose ``tunable``
     lists the settings it uses; all of them when it does not say.
     """
-    fields = config.to_dict() if isinstance(config, RunConfig) else dict(config)
-    tunable = (tracker or {}).get("tunable", DEFAULT_TUNABLE)
-    parts = [str(fields.get("tracker", "?"))]
-    parts += [_TITLE_PARTS[k].format(fields[k]) for k in DEFAULT_TUNABLE if k in tunable and k in fields]
-    return " ".join(parts)
+    if not isinstance(config, RunConfig):
+        fields = dict(config)
+        try:
+            config = RunConfig.from_dict(fields)
+        except (TypeError, ValueError):  # a report's odd config: its tracker's name is title enough
+            return str(fields.get("tracker", "?"))
+    return config.label((tracker or {}).get("tunable", DEFAULT_TUNABLE))
 
 
 __all__ = [

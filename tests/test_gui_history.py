@@ -141,7 +141,9 @@ def test_a_and_b_are_picked_from_the_history_and_other_videos_refused(qtbot, win
     assert other.video == "other.mp4"
     assert not window.state.compare_entries(first.id, other.id)
     assert window.banner.isVisible() and "same video" in window.banner.message
-    assert window.ab_view.run_b is third.run  # the refused pick changed nothing
+    window.flush_panels()
+    # the refused pick changed nothing: the A/B view stays as the new video left it (cleared)
+    assert window.ab_view.run_a is None and window.ab_view.run_b is None
 
 
 # -- item 7: the trade-off table tells runs apart ----------------------------------------------------------

@@ -286,3 +286,17 @@ def test_report_opens_without_the_video_or_machine(tmp_path, good_json):
     other["video"]["path"] = "/nonexistent/on/this/machine.mp4"
     save(other, tmp_path / "moved.json")
     assert load_report(tmp_path / "moved.json").video.path.endswith("machine.mp4")
+
+
+def test_a_recorded_label_names_only_the_settings_the_tracker_uses():
+    from engine.core.config import RunConfig
+    from engine.report.recorder import RunRecorder
+    from engine.run.session import Session
+    from tests.helpers import moving_square_video
+
+    queries = np.array([[0, 8.0, 12.0]], np.float32)
+    recorder = RunRecorder()
+    for event in Session(moving_square_video(4, 32), queries, RunConfig(tracker="lk", points_per_batch=64)).events():
+        recorder.add(event)
+    assert recorder.build().label == "lk"  # before: 'lk fp32 p64 f16', settings LK never reads
+    assert RunConfig(precision="bf16", points_per_batch=64).label() == "corrtrack bf16 p64 f16"

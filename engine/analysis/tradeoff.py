@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from engine.analysis.metrics import divergence
+from engine.core.config import DEFAULT_TUNABLE
 from engine.report.schema import Report, as_report
 
 BASELINE_PRECISION = "fp32"
@@ -30,8 +31,6 @@ MEMORY_DEVICE_PEAK, MEMORY_PROCESS_RSS = "device peak", "process RSS"
 MS_WARM, MS_COLD = "warm median", "cold"
 PRECISION_UNUSED = "n/a"  # the precision of a tracker that has none to set (LK: OpenCV on the CPU)
 VALUE_CHANGE = "→"  # joins the values a setting took during a run: "fp32→bf16", "64→32"
-#: the settings a tracker uses unless its description lists them (``tunable``)
-DEFAULT_TUNABLE = ("precision", "points_per_batch", "frames_per_batch")
 
 
 def number(value: Any) -> float | None:

@@ -10,6 +10,12 @@ DEFAULT_POINTS_PER_BATCH = 256
 DEFAULT_FRAMES_PER_BATCH = 16
 
 
+#: the RunConfig fields a tracker uses unless its description (``tunable``) lists others
+DEFAULT_TUNABLE = ("precision", "points_per_batch", "frames_per_batch")
+#: how each tunable field reads in a run's label
+_LABEL_PARTS = {"precision": "{}", "points_per_batch": "p{}", "frames_per_batch": "f{}"}
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """What to run and how: tracker, device, precision and batch sizes."""
@@ -37,6 +43,9 @@ class RunConfig:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
-    def label(self) -> str:
-        """Short human label, e.g. 'corrtrack fp16 p256 f16'."""
-        return f"{self.tracker} {self.precision} p{self.points_per_batch} f{self.frames_per_batch}"
+    def label(self, tunable: Any = DEFAULT_TUNABLE) -> str:
+        """Short human label with the settings the tracker uses (``tunable``, from its description): e.g.
+        'corrtrack fp16 p256 f16', or 'lk' for a tracker that uses none of them."""
+        used = tunable if isinstance(tunable, (list, tuple)) else DEFAULT_TUNABLE
+        return " ".join([self.tracker] + [_LABEL_PARTS[k].format(getattr(self, k)) for k in DEFAULT_TUNABLE
+                                          if k in used])
