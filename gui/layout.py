@@ -16,6 +16,8 @@ DEFAULT_SIZE = QSize(1500, 900)  # a first start on a screen that has room for i
 SCREEN_SHARE = 0.9  # a first start on a smaller screen takes this share of its free area
 #: docks built at these widths for a window DEFAULT_SIZE wide, narrower in a narrower window (px)
 DEFAULT_DOCK_PX = {"run_dock": 230, "charts_dock": 520}
+#: docks along the bottom built at these heights for a window DEFAULT_SIZE tall, lower in a lower window (px)
+DEFAULT_DOCK_HEIGHT_PX = {"history_dock": 150}
 #: below these sizes a dock's contents cannot be read: such a restored dock is not kept (px)
 MIN_DOCK_PX = {"run_dock": 180, "charts_dock": 280}
 MIN_OTHER_DOCK_PX = 80  # a dock another part of the app adds: only an unreadable sliver is dropped
@@ -89,6 +91,11 @@ def fit_default_docks(window: QMainWindow) -> None:
     widths = [max(_min_px(d), int(DEFAULT_DOCK_PX[d.objectName()] * scale)) for d in sized]
     if sized:
         window.resizeDocks(sized, widths, Qt.Orientation.Horizontal)
+    vscale = min(1.0, window.height() / DEFAULT_SIZE.height())
+    low = [d for d in docks(window) if d.objectName() in DEFAULT_DOCK_HEIGHT_PX and not d.isFloating()]
+    heights = [max(_min_px(d), int(DEFAULT_DOCK_HEIGHT_PX[d.objectName()] * vscale)) for d in low]
+    if low:
+        window.resizeDocks(low, heights, Qt.Orientation.Vertical)
 
 
 class WindowLayout:

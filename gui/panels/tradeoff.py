@@ -295,7 +295,8 @@ class TradeoffPanel(QWidget):
         who = " on ".join(f"<b>{esc(parts.pop(k))}</b>" for k in ("tracker", "machine") if k in parts)
         if "video" in parts:
             who = (who + " " if who else "") + f"of <b>{esc(parts.pop('video'))}</b>"
-        words = ([who] if who else []) + [esc(f"{value} {name}") if name != "runs" else esc(f"{value} runs each")
+        words = ([who] if who else []) + [esc(f"{value} {name}") if name != "runs"
+                                          else esc(f"{value} {'run' if str(value) == '1' else 'runs'} each")
                                           for name, value in parts.items()]
         self.common.setText("Every row: " + ", ".join(words) if words else "")
         self.common.setVisible(bool(words))
