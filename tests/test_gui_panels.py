@@ -479,3 +479,24 @@ def test_diagnosis_shows_todays_findings_then_the_recorded_ones_they_no_longer_g
     recorded = titles[len(today):]
     assert recorded and all(t.startswith(RECORDED_PREFIX) for t in recorded)
     assert any("per point" in t for t in recorded)  # host_sync_per_point needs the sweep's two batch sizes
+
+
+def test_diagnosis_of_a_bench_file_names_the_run_of_each_finding(qtbot):
+    """A bench file's findings come from several reports: each row says which (before: three identical
+    'the first run took ...' rows with nothing to tell them apart)."""
+    from pathlib import Path
+
+    from engine.api import analyse_many, load_any
+    from gui.panels.diagnosis import RUN_COLUMN
+
+    reports, recorded = load_any(Path(__file__).parent / "data" / "h200" / "quant" / "bench.json")
+    analysis = analyse_many(reports, recorded)
+    reports = list(analysis.reports)
+    panel = DiagnosisPanel()
+    qtbot.addWidget(panel)
+    panel.set_report(reports[0], analysis)
+    assert not panel.findings.isColumnHidden(RUN_COLUMN)
+    runs = [panel.findings.topLevelItem(i).text(RUN_COLUMN) for i in range(panel.findings.topLevelItemCount())]
+    assert runs[0] and len(set(runs)) > 1 and all(runs)
+    panel.set_report(reports[0])  # one report: its label is the header's, the column is hidden
+    assert panel.findings.isColumnHidden(RUN_COLUMN)

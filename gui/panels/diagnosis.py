@@ -57,6 +57,8 @@ NO_COST = ("no cost model in this report: trackscope bench records one (unless -
 COUNTING = "counting the cost model… (one pass of the tracker on the CPU, in the background)"
 COUNT_FAILED = "the cost model could not be counted: {}"
 COUNT_WAITING = "the cost model is counted when the tracking run ends (a counted pass would skew its timings)"
+#: the findings' column naming the report of a finding (a bench file's several)
+RUN_COLUMN = 3
 #: the title prefix of a finding the report recorded that today's rules no longer give
 RECORDED_PREFIX = "recorded: "
 WHATIF_COLUMNS = ("stage", "bound", "precision on target", "observed ms", "projected ms", "× observed")
@@ -133,8 +135,8 @@ class DiagnosisPanel(QWidget):
         self.header = rich_label(NO_REPORT)
         self.header.setWordWrap(True)
         self.findings = QTreeWidget()
-        self.findings.setColumnCount(3)
-        self.findings.setHeaderLabels(["finding", "severity", "stage"])
+        self.findings.setColumnCount(4)
+        self.findings.setHeaderLabels(["finding", "severity", "stage", "run"])  # run: shown for a bench file
         self.findings.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.findings.header().setStretchLastSection(False)
         self.findings.setWordWrap(True)
@@ -248,6 +250,7 @@ class DiagnosisPanel(QWidget):
         if self.analysis is None:
             return
         findings = [f.to_dict() for f in self.analysis.findings] + list(self.analysis.capture_findings)
+        self.findings.setColumnHidden(RUN_COLUMN, len(self.analysis.reports) < 2)  # one report: it is the header's
         findings.sort(key=lambda f: SEVERITY_ORDER.get(f.get("severity", ""), len(SEVERITY_ORDER)))
         if not findings:
             item = QTreeWidgetItem([NO_FINDINGS, "", ""])
@@ -259,7 +262,7 @@ class DiagnosisPanel(QWidget):
         for i, finding in enumerate(findings):
             severity = str(finding.get("severity", "info"))
             title = str(finding.get("title", finding.get("rule", "?")))
-            top = QTreeWidgetItem([title, severity, str(finding.get("stage") or "")])
+            top = QTreeWidgetItem([title, severity, str(finding.get("stage") or ""), str(finding.get("label") or "")])
             top.setData(0, RAW_TEXT_ROLE, title)
             top.setIcon(0, severity_icon(severity))
             top.setForeground(1, QColor(SEVERITY_COLOURS.get(severity, UNKNOWN_SEVERITY_COLOUR)))
