@@ -106,6 +106,10 @@ class HistoryEntry:
 
     @property
     def time_text(self) -> str:
+        """When it ran: a run of this session by the clock; an opened report by when it was recorded (UTC)."""
+        recorded = self.report.created if self.report is not None and self.source != "run" else ""
+        if recorded:
+            return recorded.replace("T", " ")[:16] + (" UTC" if recorded.endswith("Z") else "")
         return time.strftime("%H:%M:%S", time.localtime(self.created))
 
     def describe(self) -> str:

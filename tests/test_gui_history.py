@@ -94,6 +94,7 @@ def test_every_report_of_a_bench_file_is_an_entry_and_each_can_be_shown(qtbot, s
     assert len(entries) == 12 and len(w.history_panel.entry_ids()) == 12
     assert {e.machine for e in entries} == {"NVIDIA H200"} and {e.tracker for e in entries} == {"corrtrack"}
     assert [e.precision for e in entries[:6]] == ["fp32", "tf32", "fp16", "bf16", "int8", "fp8"]
+    assert entries[0].time_text == entries[0].report.created.replace("T", " ")[:16] + " UTC"  # when it ran, not opened
     assert w.state.selected == entries[0].id and w.state.report is entries[0].report
     w.history_panel.pick(entries[4].id)  # int8 p256: Show
     w.history_panel.show_button.click()
