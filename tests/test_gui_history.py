@@ -317,3 +317,31 @@ def test_state_forgets_an_ab_pick_that_left_the_history(qtbot):
     for _ in range(2):
         state.add_entry(_entry(state.runs), compare_previous=False)
     assert state.ab["A"] is None and len(state.runs) == 2
+
+
+def test_a_large_report_is_read_in_a_worker_and_then_shown(qtbot, settings, monkeypatch, tmp_path):
+    """Issue 13: a 600 MB report froze the app for 43 s while it parsed; a large one is read off the GUI thread."""
+    import threading
+    from pathlib import Path
+
+    from gui.controllers import files as files_module
+
+    monkeypatch.setattr(files_module, "OPEN_REPORT_IN_PLACE_BYTES", 0)  # every report counts as large
+    readers = []
+    load_any = files_module.load_any
+    monkeypatch.setattr(files_module, "load_any", lambda path: readers.append(threading.current_thread()) or
+                        load_any(path))
+    w = MainWindow(settings=settings, sampler=None)
+    qtbot.addWidget(w)
+    assert w.load_path(QUANT_BENCH)  # returns at once
+    qtbot.waitUntil(lambda: len(list(w.state.runs)) == 12, timeout=RUN_TIMEOUT_MS)
+    assert readers and readers[0] is not threading.main_thread()
+    assert w.state.report is list(w.state.runs)[0].report
+    assert "reading" not in w.banner.message or not w.banner.isVisible()  # the note went with the new video
+    assert str(Path(QUANT_BENCH).resolve()) in w.settings.recent_files()
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"format": "trackscope-report", "version": 2, "runs": [')
+    assert w.load_path(broken)
+    qtbot.waitUntil(lambda: "broken.json" in w.banner.message, timeout=RUN_TIMEOUT_MS)
+    assert str(broken.resolve()) not in w.settings.recent_files()
+    w.close()

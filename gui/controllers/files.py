@@ -28,6 +28,7 @@ from engine.api import (
     analyse,
     analyse_many,
     available_trackers,
+    format_bytes,
     grid_queries,
     ground_truth_sidecar,
     load_any,
@@ -57,6 +58,18 @@ DECODE_THREAD_NAME = "decode-video"
 OPEN_IN_PLACE_FILE_BYTES = 2 * 2**20
 #: the most memory a video's frames take in the app, whatever its length (longer videos are kept smaller)
 VIDEO_MEMORY_BYTES = APP_BUDGET_BYTES
+#: a report file at most this large is read here; a larger one in a worker (JSON parses at tens of MB/s, so a
+#: report of hundreds of MB held the window for tens of seconds)
+OPEN_REPORT_IN_PLACE_BYTES = 4 * 2**20
+REPORT_THREAD_NAME = "read-report"
+
+
+def read_report(path: str | Path) -> Analysis:
+    """A report or bench file read and analysed (any thread): its reports are the analysis's."""
+    reports, recorded = load_any(path)
+    if not reports:
+        raise UserError(f"{path}: the bench file holds no reports")
+    return analyse_many(reports, recorded) if len(reports) > 1 or recorded else analyse(reports[0])
 
 
 def sidecar_ground_truth(video: Path) -> dict[str, np.ndarray] | None:
@@ -100,6 +113,8 @@ class FileController(QObject):
         self._decoding_store: FrameStore | None = None  # what it decodes
         self._ending: list[WorkerHandle] = []  # decoders that are done, until their threads have ended
         self._decoding_path: tuple[Path, np.ndarray | None] = (Path(), None)  # what the decoder opens
+        self._report_reader: WorkerHandle | None = None  # the worker reading a large report
+        self._report_path = Path()  # what it reads
 
     # -- opening -------------------------------------------------------------------------------------
     def load_path(self, path: str | Path) -> bool:
@@ -108,6 +123,9 @@ class FileController(QObject):
         try:
             suffix = path.suffix.lower()
             if suffix in REPORT_SUFFIXES:
+                if path.is_file() and path.stat().st_size > OPEN_REPORT_IN_PLACE_BYTES:
+                    self._read_report_in_background(path)  # listed in the recent files once it has opened
+                    return True
                 self.open_report(path)
             elif suffix in QUERY_SUFFIXES:
                 self.set_queries(self.csv_queries(path))
@@ -264,7 +282,9 @@ class FileController(QObject):
                                 "open the video again to decode all of it", level="info")
 
     def stop_decoding(self) -> None:
-        """End the background decoding, if any, and wait for its thread (opening another video, closing)."""
+        """End the background decoding, if any, and wait for its thread (opening another video, closing); a
+        report being read is forgotten too."""
+        self.stop_reading_report()
         handle, self._decoder = self._decoder, None
         if handle is not None:
             handle.join()
@@ -306,10 +326,59 @@ class FileController(QObject):
     def open_report(self, path: str | Path) -> None:
         """Replay a run report (of a bench file: the first with tracks): tracks, video, stage and telemetry
         charts, and findings of the whole file; every report of the file becomes a history entry."""
-        reports, recorded = load_any(path)
-        if not reports:
-            raise UserError(f"{path}: the bench file holds no reports")
-        analysis = analyse_many(reports, recorded) if len(reports) > 1 or recorded else analyse(reports[0])
+        self._show_report(path, read_report(path))
+
+    def _read_report_in_background(self, path: Path) -> None:
+        """Read and analyse a large report in a worker (parsing hundreds of MB would hold the window for
+        seconds); it is shown when ready, its problem posted as a message."""
+        self.stop_reading_report()
+        self._report_path = path
+        self.state.post_message(f"reading {path.name} ({format_bytes(path.stat().st_size)})…", level="info")
+
+        def connect(worker: GeneratorWorker, thread: Any) -> None:  # bound slots: delivered on the GUI thread
+            worker.returned.connect(self._on_report_read)
+            worker.errored.connect(self._on_report_failed)
+            thread.finished.connect(self._forget_ended)
+
+        self._report_reader = start_worker(lambda: read_report(path), REPORT_THREAD_NAME, connect=connect)
+
+    def _reader_is_sender(self) -> bool:
+        handle = self._report_reader
+        return handle is not None and self.sender() is handle.worker
+
+    def _on_report_read(self, analysis: Analysis) -> None:
+        if not self._reader_is_sender():
+            return  # a reading that was stopped
+        path = self._report_path
+        self._end_reader()
+        try:
+            self._show_report(path, analysis)
+        except UserError as exc:
+            self.state.post_message(exc.message, exc.suggestion)
+            return
+        self.settings.add_recent(path)
+
+    def _on_report_failed(self, exc: BaseException) -> None:
+        if not self._reader_is_sender():
+            return
+        self._end_reader()
+        self.state.post_message(exc.message if isinstance(exc, UserError) else f"cannot open the report: {exc}",
+                                getattr(exc, "suggestion", None))
+
+    def _end_reader(self) -> None:
+        handle, self._report_reader = self._report_reader, None
+        if handle is not None:
+            self._ending.append(handle)  # kept (a QThread must outlive its thread) until it has ended
+            self._forget_ended()  # when its thread ended already
+
+    def stop_reading_report(self) -> None:
+        """Forget a report being read (another file opened, closing): its result is dropped; waits for it."""
+        handle, self._report_reader = self._report_reader, None
+        if handle is not None:
+            handle.join()
+            handle.delete_later()
+
+    def _show_report(self, path: str | Path, analysis: Analysis) -> None:
         reports = list(analysis.reports)  # typed once: the entries and the analysis share the same objects
         runs = [RunData.from_report(r) for r in reports]
         shown = next((i for i, r in enumerate(runs) if r is not None), 0)
