@@ -161,8 +161,9 @@ def run(args: argparse.Namespace) -> int:
 
         QTimer.singleShot(0, start)
     code = int(app.exec())
-    if window.controller.abandoned:  # a batch outlived close's wait: Qt would abort destroying its thread
-        print("trackscope: a tracker batch was still running at exit; it was left behind", file=sys.stderr)
+    if window.controller.abandoned or window.files.lingering:  # Qt would abort destroying a running thread
+        print("trackscope: work still running at exit (a tracker batch or a file being read) was left behind",
+              file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -345,3 +345,30 @@ def test_a_large_report_is_read_in_a_worker_and_then_shown(qtbot, settings, monk
     qtbot.waitUntil(lambda: "broken.json" in w.banner.message, timeout=RUN_TIMEOUT_MS)
     assert str(broken.resolve()) not in w.settings.recent_files()
     w.close()
+
+
+def test_closing_while_a_report_is_read_leaves_the_reader_behind_not_destroyed(qtbot, settings, monkeypatch):
+    """A JSON parse cannot be interrupted: close waits CLOSE_WAIT_MS, then keeps the reader's thread (deleting a
+    running QThread aborts the app) and the app exits past it."""
+    import threading
+
+    from gui.controllers import files as files_module
+
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_load_any(path):
+        entered.set()
+        release.wait(60)
+        raise files_module.UserError("stopped")
+
+    monkeypatch.setattr(files_module, "OPEN_REPORT_IN_PLACE_BYTES", 0)
+    monkeypatch.setattr(files_module, "CLOSE_WAIT_MS", 50)
+    monkeypatch.setattr(files_module, "load_any", slow_load_any)
+    w = MainWindow(settings=settings, sampler=None)
+    qtbot.addWidget(w)
+    assert w.load_path(QUANT_BENCH)
+    qtbot.waitUntil(entered.is_set, timeout=RUN_TIMEOUT_MS)
+    w.close()
+    assert w.files.lingering == 1  # kept, still running
+    release.set()
+    qtbot.waitUntil(lambda: w.files.lingering == 0, timeout=RUN_TIMEOUT_MS)

@@ -42,7 +42,7 @@ from gui.history import OPENED, analysis_for, report_settings, video_name
 from gui.model import RunData
 from gui.settings import Settings
 from gui.state import AppState
-from gui.worker import GeneratorWorker, WorkerHandle, start_worker
+from gui.worker import CLOSE_WAIT_MS, GeneratorWorker, WorkerHandle, start_worker
 
 REPORT_SUFFIXES = (".json",)
 QUERY_SUFFIXES = (".csv",)
@@ -374,9 +374,17 @@ class FileController(QObject):
     def stop_reading_report(self) -> None:
         """Forget a report being read (another file opened, closing): its result is dropped; waits for it."""
         handle, self._report_reader = self._report_reader, None
-        if handle is not None:
-            handle.join()
+        if handle is None:
+            return
+        if handle.join(CLOSE_WAIT_MS):  # a parse in progress cannot be interrupted: past the wait it is left
             handle.delete_later()
+        else:
+            self._ending.append(handle)  # never deleted while its thread runs
+
+    @property
+    def lingering(self) -> int:
+        """Worker threads of this controller still running after they were told to stop."""
+        return sum(1 for h in self._ending if h.running)
 
     def _show_report(self, path: str | Path, analysis: Analysis) -> None:
         reports = list(analysis.reports)  # typed once: the entries and the analysis share the same objects
