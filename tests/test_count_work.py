@@ -111,6 +111,7 @@ def test_compare_what_if_counts_a_track_report_on_demand(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "counting the cost model" in captured.err
     assert "-> Tesla T4" in captured.out and "cost model counted on demand" in captured.out
+    assert "holds only a cold run" in captured.out  # one track run: its times include first-run setup
     assert not load_report(path).work  # the file is not rewritten
     assert cli.main(["compare", str(path), "--what-if", "Voodoo 2"]) == 2  # before any counting
     assert "counting" not in capsys.readouterr().err

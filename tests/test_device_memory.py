@@ -88,7 +88,7 @@ def test_refusal_suggests_points_per_batch_that_fit():
         check_device_memory(est, "long.mp4", free=16 * GIB, points_per_batch=1024)
     assert str(err.value).startswith("long.mp4: the run needs about ")
     fit = int((16 * GIB * DEVICE_HEADROOM - est.kept_bytes) // est.per_point_bytes)
-    assert f"use {fit} points per batch or fewer (--points-per-batch {fit})" in err.value.suggestion
+    assert f"use --points-per-batch {fit} or lower" in err.value.suggestion
     small = estimate_corrtrack_device_bytes(1500, 1280, 720, 1024, fit, 16)
     check_device_memory(small, "long.mp4", free=16 * GIB, points_per_batch=fit)
 

@@ -112,6 +112,10 @@ def project(report: Report | Mapping[str, Any], target_gpu: str) -> dict[str, An
         assumptions.append(f"the source peaks are estimates ({source.source}): the carried-over efficiency "
                            "is rough")
     assumptions.extend(counted_notes(report))
+    if report.totals.warm_ms_median is None and not report.warm_runs:
+        assumptions.append("the report holds only a cold run (the first in its process: compilation, autotuning "
+                           "and lazy setup included), so its stages read as latency-bound and keep their times; "
+                           "`trackscope bench` records warm runs for a projection that follows the peaks")
     mode_path = ""
     if mode in QUANTISED_MODES:
         mode_peak = specs.peak(target, mode)

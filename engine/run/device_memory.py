@@ -145,7 +145,7 @@ def check_device_memory(estimate: DeviceEstimate | None, what: str, free: int | 
     fit_points = int(room // estimate.per_point_bytes) if estimate.per_point_bytes > 0 and room > 0 else 0
     if fit_points >= 1:
         fit = min(fit_points, points_per_batch)
-        hint = f"use {fit} points per batch or fewer (--points-per-batch {fit}), or track fewer frames"
+        hint = f"use --points-per-batch {fit} or lower, or track fewer frames"
     else:
         per_frame = (estimate.total_bytes / max(1, estimate.num_frames))
         frames = max(1, int(budget // per_frame)) if per_frame > 0 else 1
