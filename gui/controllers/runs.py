@@ -237,7 +237,15 @@ class RunActions(QObject):
         run = self.state.current
         if run is None or tracks is None or visible is None or tracks.shape != run.tracks.shape:
             return
-        done = np.isfinite(tracks).all(axis=(1, 2))  # [N]
+        # only the points the batches did not deliver (a run's last batch already wrote, and redrew, all of
+        # them): copying the whole [N, T, 2] again and redrawing the view on the GUI thread at the end of
+        # every run was part of its end-of-run stall (issue 12)
+        missing = ~np.isfinite(run.tracks).all(axis=(1, 2))  # [N]
+        if not missing.any():
+            return
+        done = missing & np.isfinite(tracks).all(axis=(1, 2))  # [N]
+        if not done.any():
+            return
         run.tracks[done] = tracks[done]
         run.visible[done] = visible[done]
         self.state.update_tracks()

@@ -36,6 +36,7 @@ from gui.model import RunData
 from gui.panels.ab_parts import ResizeWatch, SideView
 from gui.widgets.text import plain_label, plain_tip, rich_label
 from gui.widgets.transport import Transport
+from gui.widgets.video_view import IMAGE_LEVELS
 
 #: colour scale of divergence: green (agree) -> yellow -> red (far apart)
 DIVERGENCE_COLOURS = [(40, 200, 70), (240, 215, 40), (230, 40, 40)]
@@ -535,7 +536,7 @@ class ABView(QWidget):
         t = self.frame
         for side, run in ((self.side_a, self.run_a), (self.side_b, self.run_b)):
             if self.frames is not None and t < len(self.frames):
-                side.image.setImage(self.frames[t], autoLevels=False, levels=(0, 255))
+                side.image.setImage(self.frames[t], autoLevels=False, levels=IMAGE_LEVELS)  # as the video view
             if run is None or t >= run.num_frames or len(self.point_bin) != run.num_points:
                 side.clear_tracks()
                 continue
