@@ -29,13 +29,12 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
-from gui_bench import Heartbeat, PaintCounter, settle, wait_run  # noqa: E402  (the GUI bench's own tools)
+from gui_bench import PLAYBACK_SPEED, Heartbeat, PaintCounter, settle, timed_run  # noqa: E402  (the GUI bench's own tools)
 from PySide6.QtCore import QEventLoop, QSettings, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 WIDTH, HEIGHT, FPS = 1920, 1080, 30.0
 RSS_EVERY_S = 0.02
-PLAYBACK_SPEED = 2.0  # 30 fps video at 2x: the view asks for 60 frames per second
 OPEN_TIMEOUT_S = 1200.0
 
 
@@ -167,17 +166,8 @@ def main() -> int:
         w, h = s.geometry.source_size
         window.set_queries(grid_queries(k, w, h)[: args.points])
         window.view.trail = 10
-        window.view.set_speed(PLAYBACK_SPEED)
-        window.view.set_playing(True)
-        counter.count = 0
-        beat.start()
-        t0 = time.perf_counter()
-        run_ms = wait_run(window)
-        elapsed = time.perf_counter() - t0
-        beat.stop()
-        window.view.set_playing(False)
+        run_ms, elapsed, gaps = timed_run(window, counter, beat)
         run_peak = rss.mark()
-        gaps = np.asarray(beat.gaps)
         tracked = np.isfinite(window.current.tracks).all(-1).mean() if window.current is not None else 0.0
         print(f"run: {args.tracker} on the CPU, {len(window.queries)} points x {len(s.video)} frames, "
               f"{run_ms / 1e3:.1f} s; {tracked:.0%} of track positions filled")

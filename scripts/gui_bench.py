@@ -158,10 +158,9 @@ def main() -> int:
     return 0
 
 
-def playback(app, window) -> None:
-    """Frames drawn per second and the event loop's worst stall while a run is in progress (charts shown)."""
-    counter, beat = PaintCounter(), Heartbeat()
-    window.view.plot.viewport().installEventFilter(counter)
+def timed_run(window, counter, beat) -> tuple[float, float, np.ndarray]:
+    """One run with the video playing: (run ms, elapsed s, heartbeat gaps ms); ``counter.count`` holds the
+    frames drawn meanwhile."""
     window.view.set_speed(PLAYBACK_SPEED)
     window.view.set_playing(True)
     counter.count = 0
@@ -171,9 +170,16 @@ def playback(app, window) -> None:
     elapsed = time.perf_counter() - t0
     beat.stop()
     window.view.set_playing(False)
+    return run_ms, elapsed, np.asarray(beat.gaps)
+
+
+def playback(app, window) -> None:
+    """Frames drawn per second and the event loop's worst stall while a run is in progress (charts shown)."""
+    counter, beat = PaintCounter(), Heartbeat()
+    window.view.plot.viewport().installEventFilter(counter)
+    run_ms, elapsed, gaps = timed_run(window, counter, beat)
     fps = counter.count / elapsed
     target = window.view.fps * PLAYBACK_SPEED
-    gaps = np.asarray(beat.gaps)
     print(f"playback during a run ({elapsed:.2f} s, run {run_ms:.0f} ms): {fps:.1f} frames drawn per second "
           f"(asked for {target:.0f})")
     print(f"event loop: heartbeat {HEARTBEAT_MS} ms, max gap {gaps.max():.1f} ms, "
