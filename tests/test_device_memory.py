@@ -135,3 +135,19 @@ def test_a_session_refuses_a_run_the_device_cannot_hold_before_any_work(monkeypa
     assert isinstance(failed, Failed) and failed.kind == "input"
     assert "of device memory" in failed.message and "only 0.06 GiB is free" in failed.message
     assert failed.suggestion and "frames" in failed.suggestion
+
+
+def test_a_session_refuses_a_run_the_host_cannot_hold_before_any_work(monkeypatch):
+    """The app's runs are checked against the host's available memory too (frames already decoded)."""
+    from engine.core.config import RunConfig
+    from engine.run import memory
+    from engine.run.events import Failed, Started
+    from engine.run.session import Session
+    from tests.helpers import moving_square_video
+
+    monkeypatch.setattr(memory, "available_host_bytes", lambda: 1 * 2**20)
+    frames = moving_square_video(8, 64)
+    queries = np.array([[0, 10.0, 10.0]], np.float32)
+    events = list(Session(frames, queries, RunConfig(tracker="corrtrack", device="cpu")).events())
+    assert not any(isinstance(e, Started) for e in events)
+    assert isinstance(events[-1], Failed) and "of host memory" in events[-1].message

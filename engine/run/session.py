@@ -36,6 +36,7 @@ from engine.core.stages import StageTimer
 from engine.io.geometry import VideoGeometry
 from engine.run.device_memory import check_run_device_memory
 from engine.run.events import BatchDone, Event, Failed, Finished, Started
+from engine.run.memory import check_host_memory, estimate_host_bytes
 from engine.run.warm import PROCESS_WARM, WarmCache
 from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult
 from engine.trackers.guard import PluginAbandoned, call_plugin, cancel_scope
@@ -209,7 +210,9 @@ class Session:
         device, note = _device_for(tracker, device, config.device)
         recipe = _quant_recipe(tracker, config.precision, device)
         n = len(self.queries)
-        # before any work on the device (the app's runs; the CLI checked once already, before decoding)
+        # before any work (the app's runs; the CLI checked once already, before decoding)
+        check_host_memory(estimate_host_bytes(num_frames, geometry.frame_width, geometry.frame_height, n, tracker),
+                          "this run", frames_held=True)
         check_run_device_memory(tracker, device, "this run", num_frames=num_frames, width=geometry.source_width,
                                 height=geometry.source_height, num_queries=n,
                                 points_per_batch=config.points_per_batch,
