@@ -111,7 +111,6 @@ def test_compare_what_if_counts_a_track_report_on_demand(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "counting the cost model" in captured.err
     assert "-> Tesla T4" in captured.out and "cost model counted on demand" in captured.out
-    assert "holds only a cold run" in captured.out  # one track run: its times include first-run setup
     assert not load_report(path).work  # the file is not rewritten
     assert cli.main(["compare", str(path), "--what-if", "Voodoo 2"]) == 2  # before any counting
     assert "counting" not in capsys.readouterr().err
@@ -190,3 +189,16 @@ def test_the_child_process_counts_and_gives_its_reason_in_one_line():
     with pytest.raises(UserError, match="stopped"):
         stopped.run(report)
     assert CountProcess().run(with_counted_work(report)).work  # one with work is returned as it is, no child
+
+
+def test_a_projection_of_a_cold_run_only_says_its_times_include_first_run_setup():
+    """A `track --report` file holds one run; in a fresh process it is cold (compilation, autotuning), and a
+    projection of it keeps those times: it says so and points to bench."""
+    import dataclasses
+
+    report = with_counted_work(recorded())
+    cold = dataclasses.replace(report, runs=tuple(dataclasses.replace(r, cold=True) for r in report.runs),
+                               totals=dataclasses.replace(report.totals, warm_ms_median=None))
+    warm = dataclasses.replace(report, runs=tuple(dataclasses.replace(r, cold=False) for r in report.runs))
+    assert any("holds only a cold run" in a for a in project(cold, "Tesla T4")["assumptions"])
+    assert not any("holds only a cold run" in a for a in project(warm, "Tesla T4")["assumptions"])
