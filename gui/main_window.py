@@ -69,6 +69,8 @@ def freeze_startup_heap() -> bool:
     gc.collect()  # before the window is shown: what is garbage now is not kept forever
     gc.freeze()
     return True
+
+
 FPS_DECIMALS = 2
 
 
