@@ -43,6 +43,12 @@ def test_plugin_calling_sys_exit_fails_the_run_naming_it():
     assert isinstance(Session(moving_square_video(6, 32), QUERIES, RunConfig(tracker="lk")).run(), Finished)
 
 
+def test_a_tracker_plugin_exiting_in_describe_fails_the_run_naming_it():
+    last = events_of("exits_describing")[-1]  # before: describe() ran outside the guard and SystemExit escaped
+    assert isinstance(last, Failed) and last.kind == "tracker"
+    assert "sys.exit(4)" in last.message and "describe()" in last.message
+
+
 def test_plugin_raising_keyboard_interrupt_fails_the_run_naming_it():
     last = events_of("interrupts")[-1]  # before: the KeyboardInterrupt escaped and the run vanished
     assert isinstance(last, Failed) and last.kind == "tracker" and "KeyboardInterrupt" in last.message

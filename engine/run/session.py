@@ -241,7 +241,7 @@ class Session:
             stages=tuple(tracker.stages),
             device=str(device),
             device_name=device_name(device),
-            tracker={**tracker.describe(), **recipe},
+            tracker={**_guarded(tracker, "in describe()", tracker.describe), **recipe},
             precision_gate=gate(config.precision, device).reason,
             device_note=note,
         )
@@ -388,9 +388,14 @@ class Session:
         return self._tracker
 
 
+def _guarded(tracker: Tracker, what: str, fn: Callable[[], Any]) -> Any:
+    """``fn()``, through ``call_plugin`` when ``tracker`` is plugin code (an exit or a hang there is caught)."""
+    return call_plugin(tracker.name, what, fn) if is_plugin(tracker) else fn()
+
+
 def _device_for(tracker: Tracker, device: torch.device, asked: str) -> tuple[torch.device, str]:
     """The device to run ``tracker`` on and a note when it is not ``device``; UserError for an explicit misfit."""
-    supported = tuple(tracker.device_types)
+    supported = tuple(_guarded(tracker, "in device_types", lambda: tuple(tracker.device_types)))
     if device.type in supported:
         return device, ""
     names = ", ".join(supported) or "none"
@@ -410,7 +415,8 @@ def _quant_recipe(tracker: Tracker, precision: str, device: torch.device) -> dic
     under a quantised label."""
     if precision not in QUANT_MODES:
         return {}
-    recipe = tracker.describe_precision(precision, device)
+    recipe = _guarded(tracker, f"in describe_precision({precision!r})",
+                      lambda: tracker.describe_precision(precision, device))
     if not recipe:
         raise TrackerError(f"tracker {tracker.name!r} has no {precision} recipe: it would run in float while "
                            f"labelled {precision}",

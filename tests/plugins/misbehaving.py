@@ -10,6 +10,7 @@ Use as ``--tracker tests.plugins.misbehaving:hangs`` (and so on):
 | leaves_thread    | starts a non-daemon thread waiting on ``RELEASE``, then tracks normally  |
 | writes_frames    | zeroes the frames it is given, then tracks normally                      |
 | writes_numpy     | a Tracker whose ``prepare`` zeroes its numpy frames                       |
+| exits_describing | a Tracker whose ``describe()`` calls ``sys.exit(4)``                      |
 
 ``RELEASE`` frees every waiting call, so a test ends its threads when it is done with them.
 """
@@ -86,6 +87,15 @@ class WritesNumpy(Tracker):
         return TrackResult(tracks, np.ones(tracks.shape[:2], dtype=bool))
 
 
+class ExitsDescribing(WritesNumpy):
+    """A Tracker plugin whose ``describe()`` (asked before any batch) exits the process."""
+
+    name = "exits_describing"
+
+    def describe(self) -> dict:
+        sys.exit(4)
+
+
 def hangs_in_factory() -> nn.Module:
     ENTERED.set()
     RELEASE.wait()
@@ -98,3 +108,4 @@ interrupts = _Interrupts
 leaves_thread = _LeavesThread
 writes_frames = _WritesFrames
 writes_numpy = WritesNumpy
+exits_describing = ExitsDescribing
