@@ -324,12 +324,12 @@ def test_a_large_report_is_read_in_a_worker_and_then_shown(qtbot, settings, monk
     import threading
     from pathlib import Path
 
-    from gui.controllers import files as files_module
+    from gui.controllers import reports as reports_module
 
-    monkeypatch.setattr(files_module, "OPEN_REPORT_IN_PLACE_BYTES", 0)  # every report counts as large
+    monkeypatch.setattr(reports_module, "OPEN_REPORT_IN_PLACE_BYTES", 0)  # every report counts as large
     readers = []
-    load_any = files_module.load_any
-    monkeypatch.setattr(files_module, "load_any", lambda path: readers.append(threading.current_thread()) or
+    load_any = reports_module.load_any
+    monkeypatch.setattr(reports_module, "load_any", lambda path: readers.append(threading.current_thread()) or
                         load_any(path))
     w = MainWindow(settings=settings, sampler=None)
     qtbot.addWidget(w)
@@ -352,18 +352,18 @@ def test_closing_while_a_report_is_read_leaves_the_reader_behind_not_destroyed(q
     running QThread aborts the app) and the app exits past it."""
     import threading
 
-    from gui.controllers import files as files_module
+    from gui.controllers import reports as reports_module
 
     entered, release = threading.Event(), threading.Event()
 
     def slow_load_any(path):
         entered.set()
         release.wait(60)
-        raise files_module.UserError("stopped")
+        raise reports_module.UserError("stopped")
 
-    monkeypatch.setattr(files_module, "OPEN_REPORT_IN_PLACE_BYTES", 0)
-    monkeypatch.setattr(files_module, "CLOSE_WAIT_MS", 50)
-    monkeypatch.setattr(files_module, "load_any", slow_load_any)
+    monkeypatch.setattr(reports_module, "OPEN_REPORT_IN_PLACE_BYTES", 0)
+    monkeypatch.setattr(reports_module, "CLOSE_WAIT_MS", 50)
+    monkeypatch.setattr(reports_module, "load_any", slow_load_any)
     w = MainWindow(settings=settings, sampler=None)
     qtbot.addWidget(w)
     assert w.load_path(QUANT_BENCH)

@@ -1,9 +1,8 @@
 """What comes in: videos, queries and reports (menu, recent files, drag and drop), and comparisons.
 
-Every change goes into the ``AppState``; the widgets that show it subscribe to its signals. Each report
-opened (each report of a bench file) becomes an entry of the run history, with the analysis of its
-whole file (a bench's growth across batch sizes included). Problems
-are posted as messages to the state (the window shows them in its banner), never raised to Qt.
+Every change goes into the ``AppState``; the widgets that show it subscribe to its signals. Reports and
+bench files are opened by the report half of the controller, ``gui.controllers.reports.ReportOpening``.
+Problems are posted as messages to the state (the window shows them in its banner), never raised to Qt.
 """
 
 from __future__ import annotations
@@ -19,16 +18,10 @@ from PySide6.QtWidgets import QFileDialog, QWidget
 from engine.api import (
     APP_BUDGET_BYTES,
     VIDEO_EXTENSIONS,
-    Analysis,
     FrameStore,
-    Report,
-    ReportVideo,
     UserError,
     VideoGeometry,
     analyse,
-    analyse_many,
-    available_trackers,
-    format_bytes,
     grid_queries,
     ground_truth_sidecar,
     load_any,
@@ -36,19 +29,16 @@ from engine.api import (
     open_frames,
     queries_sidecar,
     read_queries_csv,
-    sample_video_path,
 )
-from gui.history import OPENED, analysis_for, report_settings, video_name
+from gui.controllers.reports import ReportOpening, read_in_background
 from gui.model import RunData
 from gui.settings import Settings
 from gui.state import AppState
-from gui.worker import CLOSE_WAIT_MS, GeneratorWorker, WorkerHandle, start_worker
+from gui.worker import GeneratorWorker, WorkerHandle, start_worker
 
 REPORT_SUFFIXES = (".json",)
 QUERY_SUFFIXES = (".csv",)
 VIDEO_PATTERNS = " ".join(f"*{ext}" for ext in VIDEO_EXTENSIONS)
-#: report fields a replayed report sets in the toggles (not its device: Run repeats it here)
-ADOPTED_CONFIG = ("tracker", "precision", "points_per_batch", "frames_per_batch")
 #: a video whose kept frames are at most this many bytes is decoded at once on opening (a few ms); a larger one
 #: in a worker thread, its first frame shown at once, with progress and Cancel
 DECODE_IN_PLACE_BYTES = 16 * 2**20
@@ -58,18 +48,6 @@ DECODE_THREAD_NAME = "decode-video"
 OPEN_IN_PLACE_FILE_BYTES = 2 * 2**20
 #: the most memory a video's frames take in the app, whatever its length (longer videos are kept smaller)
 VIDEO_MEMORY_BYTES = APP_BUDGET_BYTES
-#: a report file at most this large is read here; a larger one in a worker (JSON parses at tens of MB/s, so a
-#: report of hundreds of MB held the window for tens of seconds)
-OPEN_REPORT_IN_PLACE_BYTES = 4 * 2**20
-REPORT_THREAD_NAME = "read-report"
-
-
-def read_report(path: str | Path) -> Analysis:
-    """A report or bench file read and analysed (any thread): its reports are the analysis's."""
-    reports, recorded = load_any(path)
-    if not reports:
-        raise UserError(f"{path}: the bench file holds no reports")
-    return analyse_many(reports, recorded) if len(reports) > 1 or recorded else analyse(reports[0])
 
 
 def sidecar_ground_truth(video: Path) -> dict[str, np.ndarray] | None:
@@ -83,20 +61,7 @@ def sidecar_ground_truth(video: Path) -> dict[str, np.ndarray] | None:
         return None
 
 
-def resolve_report_video(report_path: Path, video: ReportVideo) -> Path | None:
-    """The report's video: its recorded path, the same name beside the report, or the bundled sample."""
-    candidates = []
-    if video.path:
-        p = Path(video.path)
-        candidates += [p, report_path.parent / p.name]
-    name = video.name or (Path(video.path).name if video.path else "")
-    sample = sample_video_path()
-    if sample is not None and name == sample.name:
-        candidates.append(sample)
-    return next((c for c in candidates if c.is_file()), None)
-
-
-class FileController(QObject):
+class FileController(ReportOpening, QObject):
     """Opens files into the state and edits the queries; ``is_running`` guards changes during a run."""
 
     def __init__(self, state: AppState, settings: Settings, parent: QWidget, is_running: Callable[[], bool],
@@ -123,7 +88,7 @@ class FileController(QObject):
         try:
             suffix = path.suffix.lower()
             if suffix in REPORT_SUFFIXES:
-                if path.is_file() and path.stat().st_size > OPEN_REPORT_IN_PLACE_BYTES:
+                if read_in_background(path):
                     self._read_report_in_background(path)  # listed in the recent files once it has opened
                     return True
                 self.open_report(path)
@@ -322,128 +287,6 @@ class FileController(QObject):
                             f"the video ({num_frames} frames of {width}x{height}); {outside.size} of {len(queries)} "
                             "queries do", "queries are t,x,y in the video's own pixels, frames from 0")
         return queries
-
-    def open_report(self, path: str | Path) -> None:
-        """Replay a run report (of a bench file: the first with tracks): tracks, video, stage and telemetry
-        charts, and findings of the whole file; every report of the file becomes a history entry."""
-        self._show_report(path, read_report(path))
-
-    def _read_report_in_background(self, path: Path) -> None:
-        """Read and analyse a large report in a worker (parsing hundreds of MB would hold the window for
-        seconds); it is shown when ready, its problem posted as a message."""
-        self.stop_reading_report()
-        self._report_path = path
-        self.state.post_message(f"reading {path.name} ({format_bytes(path.stat().st_size)})…", level="info")
-
-        def connect(worker: GeneratorWorker, thread: Any) -> None:  # bound slots: delivered on the GUI thread
-            worker.returned.connect(self._on_report_read)
-            worker.errored.connect(self._on_report_failed)
-            thread.finished.connect(self._forget_ended)
-
-        self._report_reader = start_worker(lambda: read_report(path), REPORT_THREAD_NAME, connect=connect)
-
-    def _reader_is_sender(self) -> bool:
-        handle = self._report_reader
-        return handle is not None and self.sender() is handle.worker
-
-    def _on_report_read(self, analysis: Analysis) -> None:
-        if not self._reader_is_sender():
-            return  # a reading that was stopped
-        path = self._report_path
-        self._end_reader()
-        try:
-            self._show_report(path, analysis)
-        except UserError as exc:
-            self.state.post_message(exc.message, exc.suggestion)
-            return
-        self.settings.add_recent(path)
-
-    def _on_report_failed(self, exc: BaseException) -> None:
-        if not self._reader_is_sender():
-            return
-        self._end_reader()
-        self.state.post_message(exc.message if isinstance(exc, UserError) else f"cannot open the report: {exc}",
-                                getattr(exc, "suggestion", None))
-
-    def _end_reader(self) -> None:
-        handle, self._report_reader = self._report_reader, None
-        if handle is not None:
-            self._ending.append(handle)  # kept (a QThread must outlive its thread) until it has ended
-            self._forget_ended()  # when its thread ended already
-
-    def stop_reading_report(self) -> None:
-        """Forget a report being read (another file opened, closing): its result is dropped; waits for it."""
-        handle, self._report_reader = self._report_reader, None
-        if handle is None:
-            return
-        if handle.join(CLOSE_WAIT_MS):  # a parse in progress cannot be interrupted: past the wait it is left
-            handle.delete_later()
-        else:
-            self._ending.append(handle)  # never deleted while its thread runs
-
-    @property
-    def lingering(self) -> int:
-        """Worker threads of this controller still running after they were told to stop."""
-        return sum(1 for h in self._ending if h.running)
-
-    def _show_report(self, path: str | Path, analysis: Analysis) -> None:
-        reports = list(analysis.reports)  # typed once: the entries and the analysis share the same objects
-        runs = [RunData.from_report(r) for r in reports]
-        shown = next((i for i, r in enumerate(runs) if r is not None), 0)
-        report, run = reports[shown], runs[shown]
-        video = report.video
-        video_path = resolve_report_video(Path(path), video)
-        if video_path is not None:
-            self.open_video(video_path, queries=run.queries if run else None, background=False)  # the run goes on it
-        elif run is not None:
-            if video.geometry is not None:  # a blank canvas of the decoded size, placed in source pixels
-                (w, h), info = video.geometry.frame_size, video.geometry.to_dict()
-            else:
-                w, h, info = int(np.nanmax(run.tracks[..., 0])) + 2, int(np.nanmax(run.tracks[..., 1])) + 2, {}
-            self.set_video(np.zeros((run.num_frames, h, w, 3), np.uint8), fps=video.fps, info=info,
-                           queries=run.queries)
-            self.state.post_message(f"the report's video {video.path or '(none)'} was not found: "
-                                    "showing its tracks on a blank canvas", "open the video next to the report",
-                                    level="warning")
-        else:
-            raise UserError(f"{path}: the report holds no tracks and its video was not found")
-        if run is not None:
-            self.state.set_current(run, adopt_queries=True)
-        self._adopt_config(report.config.to_dict())
-        self.state.replay_report(report, str(path), analysis_for(analysis, report))
-        for i, (r, r_run) in enumerate(zip(reports, runs)):
-            self.add_report_entry(r, r_run, str(path), analysis, shown=i == shown)
-
-    def add_report_entry(self, report: Report, run: RunData | None, source: str, analysis: Analysis | None,
-                         shown: bool = False) -> int:
-        """An opened report as a history entry (``shown``: the one replayed, compared with the previous run of
-        its video and queries, and selected); returns its id."""
-        entry = self.state.new_entry(
-            video=video_name(report.video.path or report.video.name), tracker=report.config.tracker,
-            settings=report_settings(report), machine=report.device_name, status=OPENED, source=source, run=run,
-            report=report, analysis=analysis_for(analysis, report) if analysis is not None else None,
-            num_frames=run.num_frames if run is not None else report.video.num_frames)
-        self.state.add_entry(entry, compare_previous=shown, select=shown)
-        return entry.id
-
-    def _adopt_config(self, config: dict[str, Any]) -> None:
-        """Take a replayed report's tracker, precision and batch sizes, so Run repeats them here.
-
-        A report never selects a plugin (``module:factory`` or an installed name this app does not list):
-        a plugin is code, and a shared file must not choose what the app imports. It is named instead,
-        and runs only after the user picks it.
-        """
-        changes = {k: config[k] for k in ADOPTED_CONFIG if k in config}
-        tracker = changes.get("tracker")
-        if tracker is not None and tracker not in available_trackers():
-            del changes["tracker"]
-            self.state.post_message(f"the report was made with the plugin tracker {str(tracker)[:200]!r}; it is "
-                                    "not selected (a plugin is code: pick it yourself to run it)", level="info")
-        try:
-            adopted = self.state.config.with_changes(**changes)
-        except (TypeError, ValueError):
-            return
-        self.state.set_config(adopted)
 
     def open_dialog(self) -> None:
         """File > Open: a video or a report."""
