@@ -19,11 +19,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QCheckBox,
-    QHeaderView,
     QSplitter,
-    QTableWidget,
     QTableWidgetItem,
     QToolButton,
     QVBoxLayout,
@@ -34,6 +31,7 @@ from engine.api import Divergence, VideoGeometry, divergence, tapvid_metrics
 from gui.history import QUERY_MATCH_PX
 from gui.model import RunData
 from gui.panels.ab_parts import ResizeWatch, SideView
+from gui.widgets.tables import row_table
 from gui.widgets.text import plain_label, plain_tip, rich_label
 from gui.widgets.transport import Transport
 from gui.widgets.video_view import IMAGE_LEVELS
@@ -128,13 +126,7 @@ class ABView(QWidget):
         self.canvas.installEventFilter(self._resize_watch)
         self.canvas.scene().sigMouseClicked.connect(self._on_scene_click)
 
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels(COLUMNS)
-        self.table.verticalHeader().hide()
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table = row_table(COLUMNS)
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.setToolTip("The most divergent points, largest mean distance first; click one to select it")
         self.table.itemSelectionChanged.connect(self._on_table_selection)

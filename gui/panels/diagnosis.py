@@ -28,7 +28,6 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QScrollArea,
     QSplitter,
-    QTableWidget,
     QTableWidgetItem,
     QTreeWidget,
     QTreeWidgetItem,
@@ -37,6 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.api import Analysis, Report, UserError, analyse, project, specs, whatif_mode_label
+from gui.widgets.tables import row_table
 from gui.widgets.text import esc, plain_label, plain_tip, rich_label
 
 SEVERITY_COLOURS = {"critical": "#d32f2f", "warning": "#ef8a00", "info": "#1e88e5"}
@@ -153,11 +153,7 @@ class DiagnosisPanel(QWidget):
         self.gpu_combo.currentTextChanged.connect(self._update_whatif)
         self.whatif_summary = rich_label("")
         self.whatif_summary.setWordWrap(True)
-        self.whatif_table = QTableWidget(0, len(WHATIF_COLUMNS))
-        self.whatif_table.setHorizontalHeaderLabels(WHATIF_COLUMNS)
-        self.whatif_table.verticalHeader().hide()
-        self.whatif_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.whatif_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.whatif_table = row_table(WHATIF_COLUMNS, select_rows=False)
         self.whatif_table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.assumptions = rich_label("")
         self.assumptions.setWordWrap(True)

@@ -11,12 +11,9 @@ from typing import Any
 
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QHBoxLayout,
-    QHeaderView,
     QMenu,
     QPushButton,
-    QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
@@ -24,6 +21,7 @@ from PySide6.QtWidgets import (
 
 from gui.history import VALUE_CHANGE, HistoryEntry
 from gui.state import AB_SIDES, AppState
+from gui.widgets.tables import row_table
 from gui.widgets.text import plain_label, plain_tip
 
 COLUMNS = ("#", "A/B", "video", "tracker", "precision", "points/batch", "machine", "status", "time")
@@ -41,13 +39,7 @@ class HistoryPanel(QWidget):
     def __init__(self, state: AppState, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels(COLUMNS)
-        self.table.verticalHeader().hide()
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table = row_table(COLUMNS)
         self.table.horizontalHeader().setStretchLastSection(False)  # columns as wide as what they hold
         self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.table.customContextMenuRequested.connect(self._context_menu)

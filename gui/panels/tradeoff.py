@@ -19,9 +19,7 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
     QHBoxLayout,
-    QHeaderView,
     QSplitter,
-    QTableWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -50,6 +48,7 @@ from gui.panels.tradeoff_parts import (
     nice_ticks,
     overlap,
 )
+from gui.widgets.tables import row_table
 from gui.widgets.text import esc, plain_label, plain_tip, rich_label
 
 #: one colour per precision in the scatter (and the precision cell)
@@ -105,14 +104,10 @@ class TradeoffPanel(QWidget):
         self.video_box.setToolTip("Rows of one video (the open one), or of every video")
         self.video_box.currentTextChanged.connect(lambda _: self._refresh())
 
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table = row_table(COLUMNS)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)  # as before: several rows
         for name, tip in HEADER_TIPS.items():
             self.table.horizontalHeaderItem(COL[name]).setToolTip(tip)
-        self.table.verticalHeader().hide()
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.table.setSortingEnabled(True)
         self.table.sortByColumn(COL["ms / run"], Qt.SortOrder.AscendingOrder)
 
