@@ -222,6 +222,15 @@ def _fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def _intern(text: str, table: list[str], index: dict[str, int]) -> int:
+    """The index of ``text`` in ``table``, appended the first time it is seen."""
+    i = index.get(text)
+    if i is None:
+        i = index[text] = len(table)
+        table.append(text)
+    return i
+
+
 class _Builder:
     def __init__(self, trace: Trace):
         self.trace = trace
@@ -231,18 +240,10 @@ class _Builder:
         self.class_index: dict[str, int] = {}
 
     def name(self, text: str) -> int:
-        i = self.name_index.get(text)
-        if i is None:
-            i = self.name_index[text] = len(self.names)
-            self.names.append(text)
-        return i
+        return _intern(text, self.names, self.name_index)
 
     def cls(self, text: str) -> int:
-        i = self.class_index.get(text)
-        if i is None:
-            i = self.class_index[text] = len(self.classes)
-            self.classes.append(text)
-        return i
+        return _intern(text, self.classes, self.class_index)
 
     def lane(self, name: str, kind: str, rows: list[tuple[float, float, int, int, int, int]]) -> Lane:
         rows.sort(key=lambda r: (r[0], -r[1]))
