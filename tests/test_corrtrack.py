@@ -447,3 +447,24 @@ def test_only_a_failed_capture_turns_cuda_graphs_off(monkeypatch) -> None:
 
     assert tracker._with_fallback(body) == "eager" and len(attempts) == 2
     assert tracker.describe()["cuda_graphs"] is False and "capturing stage" in tracker.describe()["cuda_graphs_error"]
+
+
+def test_a_weights_save_that_fails_midway_keeps_the_previous_weights(tmp_path, monkeypatch) -> None:
+    from pathlib import Path
+
+    import safetensors.torch
+
+    model = CorrTrackNet(TINY)
+    path = tmp_path / "w.safetensors"
+    save_model(model, path)
+    before, manifest_before = path.read_bytes(), manifest_path(path).read_text()
+
+    def half_then_full_disk(state, name):
+        Path(name).write_bytes(b"partial")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", half_then_full_disk)
+    with pytest.raises(OSError):
+        save_model(model, path)
+    assert path.read_bytes() == before and manifest_path(path).read_text() == manifest_before  # before: truncated
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, manifest_path(path).name])

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from engine.core.atomic import atomic_open
 from engine.core.devices import device_name, resolve_device
 from engine.core.errors import UserError
 from engine.trackers.corrtrack.model import CorrTrackNet, count_parameters, visible_from_logits
@@ -227,5 +228,6 @@ def _validate_and_save(model: CorrTrackNet, val_batches: list[Any], device: torc
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
     save_model(model, args.out / "last.safetensors", extra)
-    (args.out / "train_log.json").write_text(json.dumps({"curve": history, "log": log}, indent=1) + "\n")
+    with atomic_open(args.out / "train_log.json") as f:
+        f.write(json.dumps({"curve": history, "log": log}, indent=1) + "\n")
     return point

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from engine.core.atomic import atomic_open, atomic_write
 from engine.core.errors import TrackerError
 from engine.core.paths import RESOURCES
 from engine.trackers.corrtrack.model import CorrTrackConfig, CorrTrackNet, count_parameters
@@ -118,7 +119,7 @@ def save_model(model: CorrTrackNet, path: Path | str, extra: dict[str, Any] | No
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(path))
+    atomic_write(path, lambda tmp: save_file(state, str(tmp)))
     manifest = {
         "format": MANIFEST_FORMAT,
         "version": MANIFEST_VERSION,
@@ -129,8 +130,13 @@ def save_model(model: CorrTrackNet, path: Path | str, extra: dict[str, Any] | No
         "config": model.cfg.to_dict(),
         **(extra or {}),
     }
-    manifest_path(path).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    _write_manifest(path, manifest)
     return manifest
+
+
+def _write_manifest(weights: Path, manifest: dict[str, Any]) -> None:
+    with atomic_open(manifest_path(weights), "w", encoding="utf-8") as f:
+        f.write(json.dumps(manifest, indent=2) + "\n")
 
 
 def ship(source: Path | str, target: Path | str = DEFAULT_WEIGHTS) -> dict[str, Any]:
@@ -141,7 +147,7 @@ def ship(source: Path | str, target: Path | str = DEFAULT_WEIGHTS) -> dict[str, 
     model, manifest = load_model(source)  # checks hash and architecture first
     del model
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(source, target)
+    atomic_write(target, lambda tmp: shutil.copyfile(source, tmp))
     manifest = {**manifest, "file": target.name, "sha256": sha256_file(target)}
-    manifest_path(target).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    _write_manifest(target, manifest)
     return manifest

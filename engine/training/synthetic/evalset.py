@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engine.core.atomic import atomic_write
 from engine.io.trackio import write_queries_csv
 from engine.io.video import write_video
 from engine.training.synthetic.config import SynthConfig
@@ -47,8 +48,9 @@ def write_video_and_truth(outdir: Path, name: str, data: dict[str, np.ndarray]) 
     video_path = outdir / f"{name}.mp4"
     write_video(video_path, data["video"])
     write_queries_csv(outdir / f"{name}.queries.csv", data["queries"])
-    np.savez_compressed(outdir / f"{name}.gt.npz", tracks=data["tracks"].astype(np.float32),
-                        visible=data["visible"].astype(bool), query_t=data["query_t"].astype(np.int64))
+    atomic_write(outdir / f"{name}.gt.npz", lambda tmp: np.savez_compressed(
+        tmp, tracks=data["tracks"].astype(np.float32), visible=data["visible"].astype(bool),
+        query_t=data["query_t"].astype(np.int64)))
     return video_path
 
 
