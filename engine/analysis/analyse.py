@@ -45,13 +45,6 @@ class Analysis:
         """The roofline of the first (usually the only) report."""
         return self.costs[0] if self.costs else None
 
-    def cost_of(self, report: Report) -> Cost | None:
-        """The roofline of one of the analysed reports."""
-        for r, cost in zip(self.reports, self.costs):
-            if r is report:
-                return cost
-        return report_cost(report)
-
     def recorded_only(self) -> tuple[RecordedFinding, ...]:
         """Recorded findings that today's rules no longer give (same rule, stage and report)."""
         today = {_key(x.rule, x.stage, x.label) for x in self.findings}

@@ -41,16 +41,3 @@ def format_bytes(n: float | None, missing: str = MISSING) -> str:
     if not _finite(n):
         return missing
     return f"{n / GIB:.2f} GiB" if abs(n) >= GIB else f"{n / MIB:.0f} MiB"
-
-
-def format_gbps(bytes_per_s: float | None, missing: str = MISSING) -> str:
-    """A bandwidth, decimal units: "1555 GB/s"."""
-    if not _finite(bytes_per_s):
-        return missing
-    gbps = bytes_per_s / GB
-    return f"{gbps:.0f} GB/s" if abs(gbps) >= 100 else f"{gbps:.3g} GB/s"
-
-
-def format_percent(pct: float | None, digits: int = 0, missing: str = MISSING) -> str:
-    """A percentage given in percent (0-100): "42%"."""
-    return f"{pct:.{digits}f}%" if _finite(pct) else missing

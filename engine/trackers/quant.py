@@ -82,10 +82,6 @@ class QuantRecipe:
     notes: tuple[str, ...] = field(default=())
 
     @property
-    def qdtype(self) -> torch.dtype:
-        return torch.int8 if self.mode == "int8" else FP8_DTYPE
-
-    @property
     def qmax(self) -> float:
         return INT8_MAX if self.mode == "int8" else FP8_MAX
 
