@@ -26,6 +26,7 @@ from engine.capture.attribution import (
     attribute,
     forward_body,
 )
+from engine.capture.evidence import Evidence
 from engine.capture.kernels import classify, is_legacy_arch
 from engine.core.errors import ReportError
 
@@ -189,6 +190,7 @@ class CaptureSummary:
     gaps: tuple[GapRow, ...] = ()
     idle_by_cause_ms: dict[str, float] = field(default_factory=dict)
     round_trips: tuple[RoundTripRow, ...] = ()
+    evidence: Evidence = field(default_factory=Evidence)  # the rules' typed evidence (engine.capture.evidence)
     error: str | None = None
     version: int = SUMMARY_VERSION
 
