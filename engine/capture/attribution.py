@@ -25,9 +25,13 @@ from typing import Any, Sequence
 
 import torch
 
+from engine.capture.evidence import TRACKSCOPE
 from engine.capture.kernels import FP32_SENSITIVE_OPS, REDUCED_TYPES, classify, stays_fp32
-from engine.capture.trace import PyFrame, Range, Trace, builtin_name, frame_site
+from engine.capture.sites import CodeLayers, Site, Stacks
+from engine.capture.trace import Range, Trace
 
+#: prefix of a call site in trackscope's own code (the session, the plugin adapter): never the user's
+TRACKSCOPE_MARK = "trackscope: "
 OUTSIDE_STAGES = "(outside stages)"
 STAGE_BODY = "(stage body)"
 UNATTRIBUTED = "(unattributed)"
@@ -120,6 +124,10 @@ class Attribution:
     round_trips: list[RoundTrip]
     fp32_ops: dict[tuple[str, str], list[float]]  # (op, module label) -> [count, gpu us, cpu us]
     has_gpu: bool
+    call_keys: dict[int, Key] = field(default_factory=dict)  # runtime call correlation id -> (stage, module)
+    segments: list[tuple[float, float, Key]] = field(default_factory=list)  # the main thread's window, cut
+    locate: Any = None  # (tid, points) -> [(stage, module)]: the same locator the buckets used
+    stacks: Any = None  # engine.capture.sites.Stacks of the trace's Python frames
 
     @property
     def wall_us(self) -> float:
@@ -196,43 +204,10 @@ def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return out
 
 
-def _short_path(path: str) -> str:
-    try:
-        rel = os.path.relpath(path)
-        if not rel.startswith(".."):
-            return rel
-    except ValueError:
-        pass
-    return os.sep.join(path.split(os.sep)[-3:])
-
-
-class _Sites:
-    """Python call sites (innermost user frame) of points on one thread."""
-
-    def __init__(self, frames: list[PyFrame]):
-        self.frames = frames
-        self.by_id = {f.frame_id: f for f in frames if f.frame_id is not None}
-
-    def site(self, index: int) -> str | None:
-        if index < 0:
-            return None
-        frame: PyFrame | None = self.frames[index]
-        via = builtin_name(frame) if frame is not None else None
-        seen = 0
-        while frame is not None and seen < 200:
-            site = frame_site(frame)
-            if site is not None and not is_library_file(site[0]):
-                label = f"{_short_path(site[0])}:{site[1]} {site[2]}"
-                return f"{label} (.{via})" if via else label
-            if via is None:
-                via = builtin_name(frame)
-            frame = self.by_id.get(frame.parent_id) if frame.parent_id is not None else None
-            seen += 1
-        return None
-
-
-def attribute(trace: Trace, module_parents: frozenset[str] = frozenset()) -> Attribution:
-    """Attribute a parsed capture (see the module docstring)."""
+def attribute(trace: Trace, module_parents: frozenset[str] = frozenset(), layers: CodeLayers | None = None
+              ) -> Attribution:
+    """Attribute a parsed capture (see the module docstring); ``layers`` tells the user's code from trackscope's."""
+    stacks = Stacks(trace.python, layers or CodeLayers())
     window = trace.run_window or (0.0, 0.0)
     main = trace.main_tid
     stages_by, modules_by = _by_tid(trace.stages), _by_tid(trace.modules)
@@ -270,7 +245,6 @@ def attribute(trace: Trace, module_parents: frozenset[str] = frozenset()) -> Att
                 tops.append(op)
                 end = op.end
         top_ops[tid] = tops
-    frames_by = _by_tid(trace.python)
     call_key: dict[int, Key] = {}
     call_op: dict[int, Any] = {}
     call_site: dict[int, str | None] = {}
@@ -280,11 +254,7 @@ def attribute(trace: Trace, module_parents: frozenset[str] = frozenset()) -> Att
         keys = locator(tid).keys(mids)
         tops = top_ops.get(tid, [])
         starts = [op.start for op in tops]
-        frames = frames_by.get(tid, [])
-        sync_calls = [(i, c) for i, c in enumerate(tid_calls) if c.kind == "sync"]
-        sites = _Sites(frames)
-        frame_idx = innermost(frames, [mids[i] for i, _ in sync_calls]) if frames else [-1] * len(sync_calls)
-        sync_site_of = {i: sites.site(f) for (i, _), f in zip(sync_calls, frame_idx)}
+        sync_site_of = {i: _site_label(stacks.site(tid, mids[i])) for i, c in enumerate(tid_calls) if c.kind == "sync"}
         for i, (call, key) in enumerate(zip(tid_calls, keys)):
             b = buckets[key]
             if call.kind == "launch":
@@ -490,4 +460,14 @@ def attribute(trace: Trace, module_parents: frozenset[str] = frozenset()) -> Att
             row[1] += op_gpu_us.get(id(op), 0.0)
             row[2] += op.dur
     return Attribution(window, dict(buckets), dict(module_wall), dict(kernels), dict(kernel_buckets),
-                       dict(sync_sites), gaps, idle_us, busy_us, round_trips, dict(fp32_ops), has_gpu)
+                       dict(sync_sites), gaps, idle_us, busy_us, round_trips, dict(fp32_ops), has_gpu,
+                       call_key, segments, lambda tid, points: locator(tid).keys(points), stacks)
+
+
+def _site_label(site: Site) -> str | None:
+    """A call site as the tables show it: the user's ``file:line function (.builtin)``, or trackscope's own
+    work marked as such; None when the capture has no Python stack for it."""
+    if site.label is None:
+        return None
+    label = f"{site.label} (.{site.via})" if site.via else site.label
+    return f"{TRACKSCOPE_MARK}{label}" if site.layer == TRACKSCOPE else label

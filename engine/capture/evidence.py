@@ -184,6 +184,7 @@ class IdleBreakdown:
     sync_ms: float = 0.0
     copy_ms: float = 0.0
     trackscope_ms: float = 0.0
+    host_wait_site: str | None = None  # the user function the host was in during most of the host wait
 
 
 @dataclass(frozen=True)

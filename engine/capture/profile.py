@@ -52,6 +52,8 @@ class CaptureResult:
     profiled_wall_ms: float | None = None
     capability: tuple[int, int] | None = None
     torch_version: str = torch.__version__
+    user_dirs: tuple[str, ...] = ()  # folders of the captured modules' packages: the user's code (capture.sites)
+    settings: dict[str, str] = field(default_factory=dict)  # torch's flags as the run saw them (run_settings)
     error: str | None = None
 
     @property
@@ -109,6 +111,7 @@ class _Instrumentation:
 
     def __init__(self, paths: dict[int, str]):
         self.paths = paths
+        self.settings: dict[str, str] = {}
         self.local = threading.local()
         self.handles: list[Any] = []
         self._observer: Callable | None = None
@@ -129,6 +132,7 @@ class _Instrumentation:
         path = self.paths.get(id(module))
         if path is not None:
             self._modules().append((id(module), _record(MODULE_PREFIX + path)))
+            self.settings = run_settings(with_device=False)  # in the run: flags a tracker set itself included
 
     def _post(self, module: nn.Module, _inputs: Any, _output: Any) -> None:
         key = id(module)
@@ -191,6 +195,54 @@ class _RunFailed(Exception):
         self.cause = cause
 
 
+def _dynamo_counters() -> dict[str, dict[str, int]]:
+    """torch._dynamo's process-wide counters (graph breaks by reason, recompiles, ...), when dynamo is loaded."""
+    import sys
+
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None)
+    if counters is None:
+        return {}
+    try:
+        return {str(k): {str(r): int(n) for r, n in v.items()} for k, v in counters.items()}
+    except Exception:  # noqa: BLE001 - a counters layout of another torch version: no evidence, no failure
+        return {}
+
+
+def run_settings(with_device: bool = True) -> dict[str, str]:
+    """torch's global flags that change which kernels run, as strings (``Evidence.settings``)."""
+    out = {
+        "cudnn_benchmark": str(torch.backends.cudnn.benchmark),
+        "cudnn_deterministic": str(torch.backends.cudnn.deterministic),
+        "allow_tf32_matmul": str(torch.backends.cuda.matmul.allow_tf32),
+        "allow_tf32_cudnn": str(torch.backends.cudnn.allow_tf32),
+        "float32_matmul_precision": str(torch.get_float32_matmul_precision()),
+        "num_threads": str(torch.get_num_threads()),
+        "interop_threads": str(torch.get_num_interop_threads()),
+        "cores": str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0),
+    }
+    if with_device and torch.cuda.is_available() and torch.cuda.is_initialized():
+        try:
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+            out["device_capacity_bytes"] = str(props.total_memory)
+        except Exception:  # noqa: BLE001 - a lost device: no capacity, no failure
+            pass
+    return out
+
+
+def _counter_deltas(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> dict[str, str]:
+    """dynamo counters that moved during the captured run (``dynamo.<group>.<name>``), and the totals so far."""
+    out: dict[str, str] = {}
+    for group, names in after.items():
+        for name, n in names.items():
+            delta = n - before.get(group, {}).get(name, 0)
+            if delta:
+                out[f"dynamo_run.{group}.{name}"[:200]] = str(delta)
+            if group in ("graph_break", "stats", "recompiles", "frames"):
+                out[f"dynamo_total.{group}.{name}"[:200]] = str(n)
+    return out
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda" and torch.cuda.is_available():
         torch.cuda.synchronize(device)
@@ -242,6 +294,9 @@ def capture_run(
         result.error = f"torch.profiler is unavailable: {type(exc).__name__}: {exc}"
         return result
     paths, result.module_parents, result.root_labels = module_paths(roots)
+    from engine.capture.sites import CodeLayers
+
+    result.user_dirs = CodeLayers.for_modules(m for root in (roots or {}).values() for m in root.modules()).user_dirs
     activities = [ProfilerActivity.CPU]
     if use_cuda:
         activities.append(ProfilerActivity.CUDA)
@@ -270,9 +325,10 @@ def _profiled_run(run_once: Callable[[], Any], device: torch.device, activities:
     from torch.profiler import profile
 
     instrumentation = _Instrumentation(paths)
+    counters_before = _dynamo_counters()
     try:
         with profile(activities=activities, record_shapes=True, with_stack=with_stack,
-                     profile_memory=False) as prof:
+                     profile_memory=True) as prof:
             instrumentation.install()
             try:
                 _sync(device)
@@ -284,6 +340,8 @@ def _profiled_run(run_once: Callable[[], Any], device: torch.device, activities:
                         raise _RunFailed(exc) from exc
                 _sync(device)
                 result.profiled_wall_ms = (time.perf_counter() - t0) * 1e3
+                result.settings = {**run_settings(), **instrumentation.settings,
+                                   **_counter_deltas(counters_before, _dynamo_counters())}
             finally:
                 instrumentation.remove()
         result.chrome = _export(prof)

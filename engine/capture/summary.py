@@ -27,7 +27,9 @@ from engine.capture.attribution import (
     forward_body,
 )
 from engine.capture.evidence import Evidence
+from engine.capture.gather import gather
 from engine.capture.kernels import classify, is_legacy_arch
+from engine.capture.sites import CodeLayers
 from engine.core.errors import ReportError
 
 SUMMARY_VERSION = 1
@@ -162,6 +164,8 @@ class Shares:
     wall_ms_named: float = 0.0
     wall_attributed: float | None = None
     wall_named_of_tracker: float | None = None
+    kernel_named_or_function: float | None = None  # kernel time named by a module OR a user function below the
+    # tracker's top-level forward (the function rows of engine.capture.evidence): the 90 % target
 
 
 @dataclass(frozen=True)
@@ -331,13 +335,17 @@ def summarize(result: Any, *, precision: str = "fp32") -> CaptureSummary:
                 unprofiled_wall_ms=result.unprofiled_wall_ms, error=result.error)
     if result.trace is None:
         return CaptureSummary(**base)
-    att = attribute(result.trace, result.module_parents)
+    att = attribute(result.trace, result.module_parents, CodeLayers(tuple(getattr(result, "user_dirs", ()))))
     bare_roots = tuple(label for key, label in result.root_labels.items() if key == "")
-    return _build(att, base, precision, capability, bare_roots)
+    opaque = frozenset(UNNAMED) | {forward_body(root) for root in bare_roots}
+    evidence, below_forward_us = gather(result.trace, att, precision=precision,
+                                        settings=getattr(result, "settings", None), opaque=opaque)
+    return _build(att, base, precision, capability, bare_roots, evidence, below_forward_us)
 
 
 def _build(att: Attribution, base: dict[str, Any], precision: str, capability: tuple | None,
-           bare_roots: tuple[str, ...] = ()) -> CaptureSummary:
+           bare_roots: tuple[str, ...] = (), evidence: Evidence | None = None,
+           below_forward_us: float = 0.0) -> CaptureSummary:
     stages: dict[str, Bucket] = {}
     modules: dict[str, Bucket] = {}
     total = Bucket()
@@ -389,6 +397,9 @@ def _build(att: Attribution, base: dict[str, Any], precision: str, capability: t
                     int(d.get("DtoH", [0])[0]), int(d.get("HtoD", [0])[0]), total.pageable_copies,
                     total.memsets, total.cpu_ops)
     named_kernel = sum(b.kernel_us for (_, m), b in att.buckets.items() if m not in UNNAMED)
+    # below the top-level forward: a real module path (not a forward body), else a user function (below_forward_us)
+    opaque = set(UNNAMED) | {forward_body(root) for root in bare_roots}
+    named_kernel_below = sum(b.kernel_us for (_, m), b in att.buckets.items() if m not in opaque)
     named_wall = sum(b.wall_us for (_, m), b in att.buckets.items() if m not in UNNAMED)
     outside = att.buckets.get((OUTSIDE_STAGES, OUTSIDE_STAGES), Bucket()).wall_us
     adapter = sum(b.wall_us for (stage, _), b in att.buckets.items() if stage in ADAPTER_STAGES)
@@ -398,7 +409,8 @@ def _build(att: Attribution, base: dict[str, Any], precision: str, capability: t
     shares = Shares(named_kernel / total.kernel_us if total.kernel_us else None,
                     named_wall / att.wall_us if att.wall_us else None, _ms(named_kernel), _ms(named_wall),
                     (att.wall_us - outside) / att.wall_us if att.wall_us else None,
-                    min(1.0, named_tracker / tracker_wall) if tracker_wall > 0 else None)
+                    min(1.0, named_tracker / tracker_wall) if tracker_wall > 0 else None,
+                    min(1.0, (named_kernel_below + below_forward_us) / total.kernel_us) if total.kernel_us else None)
     sites = tuple(SyncSite(s, int(c), _ms(us)) for s, (c, us) in
                   sorted(att.sync_sites.items(), key=lambda kv: -kv[1][0])[:TOP_SITES])
     fp32: tuple[Fp32Op, ...] = ()
@@ -419,4 +431,5 @@ def _build(att: Attribution, base: dict[str, Any], precision: str, capability: t
                           gpu_busy_ms=_ms(att.busy_us), gpu_idle_ms=_ms(att.idle_us), has_gpu=att.has_gpu,
                           counts=counts, shares=shares, stages=stage_rows, modules=module_rows, cells=cells,
                           top_kernels=tuple(kernel_rows), kernel_class_ms=class_ms, legacy_kernels=tuple(legacy),
-                          sync_sites=sites, fp32_ops=fp32, gaps=gaps, idle_by_cause_ms=by_cause, round_trips=trips)
+                          sync_sites=sites, fp32_ops=fp32, gaps=gaps, idle_by_cause_ms=by_cause, round_trips=trips,
+                          evidence=evidence or Evidence())

@@ -10,6 +10,8 @@ on the lent GPU, 2.13 here). Its ``traceEvents`` carry a ``cat`` per event:
 | gpu_memcpy, gpu_memset    | GpuCopy        | bytes, stream, correlation; kind/memory from the name |
 | user_annotation           | Range          | ``trackscope.stage:NAME``, ``.module:PATH``, ``.run`` |
 | python_function           | PyFrame        | Python id, Python parent id                           |
+| user_annotation (others)  | Range          | the name (``Torch-Compiled Region: 0/1``, ...)        |
+| cpu_instant_event [memory]| MemoryEvent    | Bytes, Total Allocated, Total Reserved, Device Type   |
 
 Times are microseconds on the profiler's clock (CPU and GPU events share it). Unknown categories and
 malformed events are skipped, never fatal: a trace from another torch version parses to what it has.
@@ -128,6 +130,32 @@ class PyFrame(_Span):
     parent_id: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class MemoryEvent:
+    """One allocator event (``profile_memory=True``): ``bytes`` > 0 an allocation, < 0 a free."""
+
+    tid: int
+    start: float
+    bytes: int
+    total_allocated: int
+    total_reserved: int
+    device_type: int  # 0 CPU, 1 CUDA (c10::DeviceType)
+
+    @property
+    def dur(self) -> float:
+        return 0.0
+
+    @property
+    def end(self) -> float:
+        return self.start
+
+
+#: the allocator's instant events
+MEMORY_EVENT = "[memory]"
+#: c10::DeviceType of a CUDA allocation
+CUDA_DEVICE_TYPE = 1
+
+
 @dataclass
 class Trace:
     """All events of one capture, by type; each list sorted by start time."""
@@ -140,6 +168,8 @@ class Trace:
     modules: list[Range] = field(default_factory=list)
     runs: list[Range] = field(default_factory=list)
     python: list[PyFrame] = field(default_factory=list)
+    annotations: list[Range] = field(default_factory=list)  # other record_function ranges (torch.compile's, ...)
+    memory: list[MemoryEvent] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -218,7 +248,15 @@ def parse_events(events: list[Mapping[str, Any]], meta: Mapping[str, Any] | None
     """Typed events from a list of Chrome trace events (complete 'X' events; others are skipped)."""
     trace = Trace(meta=dict(meta or {}))
     for ev in events:
-        if not isinstance(ev, Mapping) or ev.get("ph", "X") != "X":  # complete events ('X'); some writers omit ph
+        if not isinstance(ev, Mapping):
+            continue
+        if ev.get("ph", "X") != "X":  # complete events ('X'; some writers omit ph), and the allocator's instants
+            if ev.get("ph") in ("i", "I") and ev.get("name") == MEMORY_EVENT and isinstance(ev.get("args"), Mapping):
+                margs = ev["args"]
+                trace.memory.append(MemoryEvent(_tid(ev.get("tid")), _num(ev.get("ts")), _int(margs.get("Bytes")) or 0,
+                                                _int(margs.get("Total Allocated")) or 0,
+                                                _int(margs.get("Total Reserved")) or 0,
+                                                _int(margs.get("Device Type")) or 0))
             continue
         cat = str(ev.get("cat", ""))
         name = str(ev.get("name", ""))
@@ -253,11 +291,13 @@ def parse_events(events: list[Mapping[str, Any]], meta: Mapping[str, Any] | None
                 trace.modules.append(Range(name[len(MODULE_PREFIX):], tid, start, dur))
             elif name == RUN_RANGE:
                 trace.runs.append(Range(name, tid, start, dur))
+            else:
+                trace.annotations.append(Range(name, tid, start, dur))
         elif cat == "python_function":
             trace.python.append(PyFrame(name, tid, start, dur, _int(args.get("Python id")),
                                         _int(args.get("Python parent id"))))
     for items in (trace.cpu_ops, trace.runtime, trace.kernels, trace.copies, trace.stages, trace.modules,
-                  trace.runs, trace.python):
+                  trace.runs, trace.python, trace.annotations, trace.memory):
         items.sort(key=lambda e: (e.start, -e.dur))
     return trace
 
