@@ -171,7 +171,8 @@ def test_kernels_in_a_forward_body_go_to_the_user_function_that_launched_them() 
     b.kernel("void at::native::vectorized_elementwise_kernel<4, add>", corr2, 640, 20)
     evidence, below = b.evidence(opaque=frozenset({"(forward body of MyTracker)"}), parents=frozenset({"MyTracker"}))
     rows = {r.function.split(" ")[0]: r for r in evidence.functions if r.kernels}
-    assert rows["correlate"].kernel_ms == pytest.approx(0.5) and rows["correlate"].module == "(forward body of MyTracker)"
+    assert rows["correlate"].kernel_ms == pytest.approx(0.5)
+    assert rows["correlate"].module == "(forward body of MyTracker)"
     assert rows["forward"].kernel_ms == pytest.approx(0.02)
     assert below == pytest.approx(500.0)  # correlate is below the entry; forward's own kernel is not
 
