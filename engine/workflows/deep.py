@@ -93,6 +93,18 @@ def format_capture(deep: DeepCapture) -> str:
         for m in modules:
             lines.append(f"  {m.module[:44]:44s} {ms_value(m.wall_ms):>9s} {ms_value(m.kernel_ms):>9s} "
                          f"{m.kernels:>7d} {m.syncs:>5d} {m.copies:>6d}")
+    sh = s.shares
+    if sh.kernel_named is not None or sh.kernel_named_or_function is not None:
+        named = f"{sh.kernel_named:.0%}" if sh.kernel_named is not None else "?"
+        below = f"{sh.kernel_named_or_function:.0%}" if sh.kernel_named_or_function is not None else "?"
+        lines.append(f"  kernel time named: {named} by a module, {below} by a module or a function below the "
+                     "tracker's forward")
+    functions = [r for r in s.evidence.functions if r.kernel_ms or r.syncs][:PRINTED_MODULES]
+    if functions:
+        lines.append(f"  {'function (in module)':60s} {'layer':>10s} {'kernel ms':>9s} {'kernels':>7s} {'syncs':>5s}")
+        for r in functions:
+            label = f"{r.function} in {r.module}"
+            lines.append(f"  {label[:60]:60s} {r.layer:>10s} {ms_value(r.kernel_ms):>9s} {r.kernels:>7d} {r.syncs:>5d}")
     for f in deep.findings[:PRINTED_FINDINGS]:
         where = " ".join(x for x in (f.get("module"), f.get("call_site")) if x)
         lines.append(f"  {f['severity'].upper():8s} {f['rule']}: {f['title']}" + (f" [{where}]" if where else ""))
