@@ -51,6 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--deep", action="store_true",
                    help="per configuration, one more warm run under torch.profiler after the timed runs "
                         "(never timed): per stage and module, kernels, syncs, copies; traces beside the reports")
+    p.add_argument("--no-direct", action="store_true",
+                   help="skip the direct-call reference (the tracker called alone beside each configuration's "
+                        "runs, no session or instrumentation; the table's 'vs direct' is session/direct)")
     p.add_argument("--overhead", action="store_true",
                    help="measure instrumentation overhead: timing+telemetry on vs off, alternating")
 
@@ -68,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
             check_output_path(writer_out / BENCH_FILE, "--out")
     data = load_input(args)
     bench = Bench(data, args.tracker, args.device, timing=not args.no_timing, telemetry=not args.no_telemetry,
-                  cost=not args.no_cost, deep=args.deep, trace_dir=args.out)
+                  cost=not args.no_cost, deep=args.deep, trace_dir=args.out, direct=not args.no_direct)
     try:  # the largest configuration, before any runs (a CUDA device only)
         num_frames, height, width = data.frames.shape[:3]
         check_run_device_memory(bench.tracker, bench.device, str(data.info.get("path")), num_frames=num_frames,

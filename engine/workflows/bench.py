@@ -6,6 +6,10 @@ across all of them; a RunRecorder turns the events into the configuration's repo
 warm-up run is kept as the report's cold run, the other warm-up runs are dropped). ``--overhead``
 measures what stage timing plus telemetry cost: the same configuration with both on and both off,
 alternating, and the ratio of the medians.
+
+Beside each configuration's session runs the tracker is also called alone, in this process and thread
+(``engine.workflows.direct``): the row's and the report's direct reference, and the session/direct ratio
+("vs direct") that says what trackscope's own path costs. ``direct=False`` (``--no-direct``) skips it.
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ from engine.analysis.tradeoff import speedup_over
 from engine.core.config import PRECISIONS, RunConfig
 from engine.core.errors import UserError
 from engine.core.units import ms_value
-from engine.report.parts import Accuracy
+from engine.report.parts import Accuracy, DirectReference
 from engine.report.schema import BenchFile, Report
+from engine.run.events import Started
 from engine.run.session import Failed, Finished, Session
 
 DEFAULT_PRECISIONS = ",".join(PRECISIONS)
@@ -60,6 +65,8 @@ class Row:
     cold_ms: float | None = None
     frames_per_s: float | None = None
     speedup: float | None = None
+    direct_ms_median: float | None = None  # the tracker called alone (engine.workflows.direct)
+    vs_direct: float | None = None  # ms_median / direct_ms_median
     peak_memory_bytes: float | None = None
     memory_kind: str = ""
     accuracy: str = ""
@@ -161,7 +168,7 @@ class Bench:
 
     def __init__(self, data: BenchInput, tracker_name: str, device: str, timing: bool = True,
                  telemetry: bool = True, cost: bool = True, log=None, deep: bool = False,
-                 trace_dir: Path | None = None):
+                 trace_dir: Path | None = None, direct: bool = True):
         from engine.core.devices import resolve_device
         from engine.trackers import load_tracker
 
@@ -172,6 +179,7 @@ class Bench:
         self.tracker_name = tracker_name
         self.timing = timing
         self.cost = cost
+        self.direct = direct  # time the tracker called alone beside each configuration's session runs
         self.deep = deep  # one captured run per configuration after the timed ones
         self.trace_dir = trace_dir  # where the captures' traces go (the --out folder); None: no traces
         self.log = log or (lambda text: print(text, file=sys.stderr))
@@ -205,9 +213,11 @@ class Bench:
             row.note = f"skipped: {g.reason}"
             return row
         recorder = RunRecorder(label=config.label())
+        started: Started | None = None
         for i in range(warmup + repeat):
             events = list(self._session(config).events())
             last = events[-1]
+            started = next((e for e in events if isinstance(e, Started)), started)
             cold = any(getattr(e, "cold", False) for e in events)
             if i >= warmup or cold:  # keep the cold run and the timed runs
                 for event in events:
@@ -215,6 +225,7 @@ class Bench:
             if isinstance(last, Failed):
                 row.note = f"failed ({last.kind}): {last.message}"
                 return row
+        direct = self._direct(config, started, warmup, repeat, row) if self.direct and started else None
         work = None
         if self.cost:
             from engine.analysis.cost import count_session_cost
@@ -235,6 +246,8 @@ class Bench:
                                 reference_label="fp32" if reference is not None else None)
         report = recorder.build(telemetry=self.sampler, work=work, accuracy=accuracy,
                                 queries_source=self.data.source)
+        if direct is not None:
+            report = dataclasses.replace(report, direct=direct)
         if self.deep:
             report = dataclasses.replace(report, capture=self._capture(config, report))
         self._fill_row(row, report, g.reason)
@@ -246,6 +259,29 @@ class Bench:
             row.speedup = speedup_over(self._fp32[key][0].ms_median, row.ms_median)
         self.reports.append(report)
         return row
+
+    def _direct(self, config: RunConfig, started: Started, warmup: int, repeat: int, row: Row
+                ) -> DirectReference | None:
+        """The tracker called alone on this configuration, with the sampler stopped; None (and a note in the
+        row's extra) when the call fails."""
+        import torch
+
+        from engine.workflows.direct import time_direct
+
+        sampler = self.sampler if self.sampler is not None and self.sampler.running else None
+        if sampler is not None:
+            sampler.stop()
+        try:
+            return time_direct(self.tracker, self.data.frames, started.geometry.queries_to_frame(self.data.queries),
+                               precision=config.precision, points_per_batch=config.points_per_batch,
+                               frames_per_batch=config.frames_per_batch, device=torch.device(started.device),
+                               warmup=warmup, repeat=repeat)
+        except (Exception, SystemExit) as exc:  # the reference is extra information, never fatal
+            row.extra["direct_error"] = f"{type(exc).__name__}: {exc}"
+            return None
+        finally:
+            if sampler is not None:
+                sampler.start()
 
     def _capture(self, config: RunConfig, report: Report) -> dict[str, Any]:
         """The deep-capture pass of one configuration (after its timed runs); its summary for the report."""
@@ -269,6 +305,9 @@ class Bench:
         if not row.peak_memory_bytes and totals.peak_rss_bytes:
             row.peak_memory_bytes, row.memory_kind = totals.peak_rss_bytes, "RSS"
         row.accuracy = _accuracy_text(report.accuracy)
+        if report.direct is not None:
+            row.direct_ms_median = report.direct.ms_median
+            row.vs_direct = report.session_vs_direct
         notes = [gate_reason] if gate_reason else []
         if row.cold_ms and row.ms_median:
             notes.append(f"cold {row.cold_ms:.0f} ms")
@@ -347,7 +386,12 @@ def _mem(value: float | None, kind: str) -> str:
     return f"{value / 2**20:.0f} MiB" + (" RSS" if kind == "RSS" else "")
 
 
-TABLE_COLUMNS = ("config", "ms/run (p10-p90)", "frames/s", "speedup", "peak mem", "accuracy", "note")
+TABLE_COLUMNS = ("config", "ms/run (p10-p90)", "frames/s", "speedup", "vs direct", "peak mem", "accuracy", "note")
+
+
+def vs_direct_text(ratio: float | None, empty: str = "-") -> str:
+    """A session/direct ratio as a cell: '1.02x'; ``empty`` when there is none."""
+    return empty if ratio is None else f"{ratio:.2f}x"
 
 
 def format_table(rows: list[Row]) -> str:
@@ -356,7 +400,8 @@ def format_table(rows: list[Row]) -> str:
     for r in rows:
         ms = "-" if r.ms_median is None else f"{ms_value(r.ms_median)} ({ms_value(r.ms_p10)}-{ms_value(r.ms_p90)})"
         speedup = "-" if r.speedup is None else f"{r.speedup:.2f}x"
-        cells.append([r.label, ms, _fmt(r.frames_per_s, ".1f"), speedup, _mem(r.peak_memory_bytes, r.memory_kind),
+        cells.append([r.label, ms, _fmt(r.frames_per_s, ".1f"), speedup, vs_direct_text(r.vs_direct),
+                      _mem(r.peak_memory_bytes, r.memory_kind),
                       r.accuracy or "-", r.note])
     widths = [max(len(row[i]) for row in cells) for i in range(len(TABLE_COLUMNS) - 1)]
     lines = []
