@@ -5,7 +5,7 @@ Each configuration: warm-up runs, then repeated runs, each a full Session; the t
 across all of them; a RunRecorder turns the events into the configuration's report (the cold first
 warm-up run is kept as the report's cold run, the other warm-up runs are dropped). ``--overhead``
 measures what stage timing plus telemetry cost: the same configuration with both on and both off,
-alternating, and the ratio of the medians.
+alternating in blocks, in ``OVERHEAD_SETS`` sets; each set's ratio of the medians, and the median of those.
 
 Beside each configuration's session runs the tracker is also called alone, in this process and thread
 (``engine.workflows.direct``): the row's and the report's direct reference, and the session/direct ratio
@@ -47,6 +47,7 @@ PERCENTILES = (10, 90)
 NOISY_SPREAD = 1.5  # p90/p10 of the timed runs above this is flagged in the table
 OVERHEAD_TARGET = 1.03  # issue target: instrumentation within 3 %
 OVERHEAD_BLOCK = 5  # runs per on/off block
+OVERHEAD_SETS = 3  # independent on/off sets; the overhead is the median of their ratios
 SAMPLER_SETTLE_S = 0.15  # let the sampler take its first sample before timing
 BENCH_FILE = "bench.json"
 
@@ -335,16 +336,27 @@ class Bench:
                 self.sampler.stop()
         return self.rows
 
-    def overhead(self, config: RunConfig, warmup: int, repeat: int) -> dict[str, float]:
-        """Median wall ms with timing+telemetry on vs off, and their ratio.
+    def overhead(self, config: RunConfig, warmup: int, repeat: int) -> dict[str, Any]:
+        """Timing+telemetry on vs off: ``OVERHEAD_SETS`` sets of ``repeat`` runs each way, alternating in
+        blocks of ``OVERHEAD_BLOCK``; each set's median(on) / median(off), and the median of those ratios
+        (one slow stretch of a busy machine moves one set, not the answer).
 
-        Runs alternate in blocks of ``OVERHEAD_BLOCK``: instrumented blocks run with the sampler
-        running throughout, as it does in the app, and timing on; plain blocks with both off. (Starting
-        the sampler around every run would put its first, heaviest sample inside each short run: that
-        is sampling at the run rate, not at the sampler's rate.)
+        Instrumented blocks run with the sampler running throughout, as it does in the app, and timing on;
+        plain blocks with both off. (Starting the sampler around every run would put its first, heaviest
+        sample inside each short run: that is sampling at the run rate, not at the sampler's rate.)
         """
         for _ in range(warmup):
             self._checked(self._session(config, timing=True).run())
+        sets = [self._overhead_set(config, repeat) for _ in range(OVERHEAD_SETS)]
+        set_ratios = [statistics.median(on) / statistics.median(off) for on, off in sets]
+        on_all = [ms for on, _ in sets for ms in on]
+        off_all = [ms for _, off in sets for ms in off]
+        return {"on_ms_median": statistics.median(on_all), "off_ms_median": statistics.median(off_all),
+                "ratio": statistics.median(set_ratios), "set_ratios": set_ratios, "sets": OVERHEAD_SETS,
+                "runs_each": float(repeat), "target_ratio": OVERHEAD_TARGET}
+
+    def _overhead_set(self, config: RunConfig, repeat: int) -> tuple[list[float], list[float]]:
+        """(instrumented wall ms, plain wall ms): ``repeat`` runs each, alternating blocks, instrumented first."""
         on_ms: list[float] = []
         off_ms: list[float] = []
         block = 0
@@ -361,9 +373,7 @@ class Bench:
                 if self.sampler is not None:
                     self.sampler.stop()
             block += 1
-        on, off = statistics.median(on_ms), statistics.median(off_ms)
-        return {"on_ms_median": on, "off_ms_median": off, "ratio": on / off, "runs_each": float(len(on_ms)),
-                "target_ratio": OVERHEAD_TARGET}
+        return on_ms, off_ms
 
     @staticmethod
     def _checked(last: Finished | Failed) -> Finished:
@@ -444,7 +454,7 @@ class BenchWriter:
         self._write_reports()
         return self._write_bench(None, complete=False)
 
-    def finish(self, overhead: dict[str, float] | None, complete: bool = True) -> Path:
+    def finish(self, overhead: dict[str, Any] | None, complete: bool = True) -> Path:
         """The last reports and the bench file; -> its path."""
         self._write_reports()
         return self._write_bench(overhead, complete)
@@ -463,7 +473,7 @@ class BenchWriter:
             row.report_file = name
             self._written.add(row.label)
 
-    def _write_bench(self, overhead: dict[str, float] | None, complete: bool) -> Path:
+    def _write_bench(self, overhead: dict[str, Any] | None, complete: bool) -> Path:
         from engine.report.files import save
         from engine.report.parts import Environment
         from engine.telemetry.environment import capture_environment
@@ -479,7 +489,7 @@ class BenchWriter:
         return save(data, self.path)
 
 
-def write_outputs(out: Path, bench: Bench, overhead: dict[str, float] | None) -> Path:
+def write_outputs(out: Path, bench: Bench, overhead: dict[str, Any] | None) -> Path:
     """Per-configuration reports and the bench file into ``out`` at once; returns the bench file's path."""
     writer = BenchWriter(out, bench)
     writer.start()
