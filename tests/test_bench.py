@@ -98,8 +98,33 @@ def test_bench_overhead_mode(video, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "instrumentation overhead" in text and "ratio" in text
     overhead = json.loads((tmp_path / "bench.json").read_text())["overhead"]
-    assert overhead["runs_each"] == 3 and overhead["ratio"] == pytest.approx(
-        overhead["on_ms_median"] / overhead["off_ms_median"])
+    assert overhead["runs_each"] == 3 and overhead["sets"] == 3 and len(overhead["set_ratios"]) == 3
+    assert overhead["ratio"] == pytest.approx(sorted(overhead["set_ratios"])[1])  # the median of the sets
+    assert "median of 3 alternating sets" in text
+
+
+def test_overhead_alternates_sets_and_takes_the_median_set_ratio(monkeypatch):
+    """Constructed wall times: instrumented runs 3 % slower, and one set hit by a slow stretch of the machine on its
+    plain runs; the median of the set ratios is the 3 %."""
+    from types import SimpleNamespace
+
+    frames = moving_square_video(FRAMES, SIZE, STEP)
+    data = BenchInput(frames, np.array([[0, 8, 12]], np.float32),
+                      {"name": "square", "num_frames": FRAMES, "width": SIZE, "height": SIZE}, None, "test")
+    bench = Bench(data, "lk", "cpu", telemetry=False, cost=False)
+    flags: list[bool] = []
+    plain_ms = iter([100.0] * 4 + [150.0] * 4 + [100.0] * 4)  # set 2's plain runs in a slow stretch
+
+    def session(config, timing=None):
+        flags.append(bool(timing))
+        ms = 103.0 if timing else next(plain_ms)
+        return SimpleNamespace(run=lambda: SimpleNamespace(wall_ms=ms))
+
+    monkeypatch.setattr(bench, "_session", session)
+    overhead = bench.overhead(RunConfig(tracker="lk", device="cpu"), warmup=1, repeat=4)
+    assert flags == [True] + ([True] * 4 + [False] * 4) * 3  # warm-up, then on/off blocks per set
+    assert overhead["set_ratios"] == pytest.approx([1.03, 103 / 150, 1.03])
+    assert overhead["ratio"] == pytest.approx(1.03)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -98,6 +98,12 @@ class TradeoffRow:
         return None if found is None else (found[1], found[2])
 
     @property
+    def vs_direct(self) -> float | None:
+        """The report's session/direct ratio (1.02: the session path 2 % slower than the tracker called alone);
+        None when the report has no direct reference."""
+        return self.report.session_vs_direct
+
+    @property
     def points_per_batch_text(self) -> str:
         """The points per batch as a cell: '256', '64→32' (changed during the run), '' (not a setting)."""
         return joined(self.points_per_batch_seen)

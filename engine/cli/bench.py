@@ -51,8 +51,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--deep", action="store_true",
                    help="per configuration, one more warm run under torch.profiler after the timed runs "
                         "(never timed): per stage and module, kernels, syncs, copies; traces beside the reports")
+    p.add_argument("--no-direct", action="store_true",
+                   help="skip the direct-call reference (the tracker called alone beside each configuration's "
+                        "runs, no session or instrumentation; the table's 'vs direct' is session/direct)")
     p.add_argument("--overhead", action="store_true",
-                   help="measure instrumentation overhead: timing+telemetry on vs off, alternating")
+                   help="measure instrumentation overhead: timing+telemetry on vs off, alternating, "
+                        "the median ratio of 3 sets")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             check_output_path(writer_out / BENCH_FILE, "--out")
     data = load_input(args)
     bench = Bench(data, args.tracker, args.device, timing=not args.no_timing, telemetry=not args.no_telemetry,
-                  cost=not args.no_cost, deep=args.deep, trace_dir=args.out)
+                  cost=not args.no_cost, deep=args.deep, trace_dir=args.out, direct=not args.no_direct)
     try:  # the largest configuration, before any runs (a CUDA device only)
         num_frames, height, width = data.frames.shape[:3]
         check_run_device_memory(bench.tracker, bench.device, str(data.info.get("path")), num_frames=num_frames,
@@ -92,9 +96,11 @@ def run(args: argparse.Namespace) -> int:
             config = RunConfig(tracker=args.tracker, device=args.device, precision=precisions[0],
                                points_per_batch=points[0], frames_per_batch=frames[0])
             overhead = bench.overhead(config, args.warmup, args.repeat)
+            sets = ", ".join(f"{r:.4f}" for r in overhead["set_ratios"])
             print(f"instrumentation overhead ({config.label()}): on {overhead['on_ms_median']:.2f} ms, "
-                  f"off {overhead['off_ms_median']:.2f} ms, ratio {overhead['ratio']:.4f} "
-                  f"(target <= {OVERHEAD_TARGET:.2f}, {int(overhead['runs_each'])} runs each)")
+                  f"off {overhead['off_ms_median']:.2f} ms, ratio {overhead['ratio']:.4f}, the median of "
+                  f"{overhead['sets']} alternating sets ({sets}) (target <= {OVERHEAD_TARGET:.2f}, "
+                  f"{int(overhead['runs_each'])} runs each way per set)")
         else:
             try:
                 bench.sweep(precisions, points, frames, args.warmup, args.repeat,

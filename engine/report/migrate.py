@@ -9,6 +9,8 @@ v2: measurements only. ``work`` holds each stage's counted flops, bytes, ops (an
 FLOPs ran at): the roofline is derived at load time from work + stage ms + the GPU spec. The findings
 a writer froze into the file are ``recorded_findings`` (shown as recorded, never as today's diagnosis).
 The video's sizes are ``video.geometry`` {source_width, source_height, frame_width, frame_height}.
+Optional parts added since (``direct``: a bench's direct-call reference) are absent from older v2 files and
+read as None: no version step is needed for a part a file may lack.
 
 Migrations take decoded JSON and return new JSON (the input is not modified). They tolerate
 malformed parts (leaving them for the schema to name), and raise ReportError only for what they

@@ -18,7 +18,7 @@ import numpy as np
 from engine.core.config import RunConfig
 from engine.core.errors import ReportError
 from engine.io.geometry import VideoGeometry
-from engine.report.fields import Fields, bool_array, fail, integer_value, number_array, to_json
+from engine.report.fields import Fields, bool_array, fail, integer_value, number_array, number_value, to_json
 
 #: most runs, batches per run, stages, findings, warnings a report may hold
 MAX_RUNS = 100_000
@@ -427,6 +427,49 @@ class StageWork:
     def to_dict(self) -> dict[str, Any]:
         return {"flops": self.flops, "bytes": self.bytes, "ops": self.ops, "precision": self.precision,
                 **self.extra}
+
+
+#: most direct-call samples a report may hold
+MAX_DIRECT_SAMPLES = 10_000
+
+
+@dataclass(frozen=True)
+class DirectReference:
+    """The tracker called alone in the same process, beside the session runs: no session, guard, hooks,
+    stage timer or telemetry, inputs already on the device. ``samples_ms`` are its warm runs' wall ms."""
+
+    samples_ms: tuple[float, ...]
+    warmup: int = 0  # untimed calls before the samples
+    what: str = ""  # what was called: "the plugin's callable", "prepare + track"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ms_median(self) -> float | None:
+        """Median ms of the samples; None when there are none."""
+        return float(np.median(self.samples_ms)) if self.samples_ms else None
+
+    @property
+    def num_runs(self) -> int:
+        return len(self.samples_ms)
+
+    def ratio(self, session_ms: float | None) -> float | None:
+        """``session_ms`` over the direct median ("1.02x" slower through the session); None without both."""
+        direct = self.ms_median
+        if session_ms is None or direct is None or direct <= 0:
+            return None
+        return session_ms / direct
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str = "direct") -> DirectReference:
+        f = Fields(data, path)
+        samples = tuple(number_value(v, p, minimum=0.0) for p, v in f.items("samples_ms", MAX_DIRECT_SAMPLES))
+        f.raw("ms_median")  # written for readers of the JSON; derived from the samples here
+        f.raw("num_runs")
+        return cls(samples_ms=samples, warmup=f.integer("warmup", 0, 0), what=f.string("what", ""), extra=f.rest())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ms_median": self.ms_median, "num_runs": self.num_runs, "samples_ms": list(self.samples_ms),
+                "warmup": self.warmup, "what": self.what, **self.extra}
 
 
 _ACCURACY_NUMBERS = ("aj", "delta_avg", "oa", "mean_px", "max_px", "visibility_agreement")

@@ -26,6 +26,7 @@ from engine.report.parts import (
     Accuracy,
     Batch,
     CpuInfo,
+    DirectReference,
     Environment,
     GpuInfo,
     RecordedFinding,
@@ -88,6 +89,7 @@ class Report:
     tracks: Tracks | None = None
     recorded_findings: tuple[RecordedFinding, ...] = ()
     capture: dict[str, Any] | None = None  # a deep-capture summary, opaque for now
+    direct: DirectReference | None = None  # the tracker called alone beside the runs (bench); None: not measured
     extra: dict[str, Any] = field(default_factory=dict)
     #: the version the data had before migration (not part of equality; to_dict always writes REPORT_VERSION)
     read_version: int = field(default=REPORT_VERSION, compare=False)
@@ -100,7 +102,8 @@ class Report:
         f = Fields(data, path)
         f.raw("format")
         f.raw("version")
-        telemetry, accuracy, tracks = (f.obj(k, required=False) for k in ("telemetry", "accuracy", "tracks"))
+        telemetry, accuracy, tracks, direct = (f.obj(k, required=False)
+                                               for k in ("telemetry", "accuracy", "tracks", "direct"))
         work = f.obj("work", required=False)
         video, tracker = f.obj("video", required=False), f.obj("tracker", required=False)
         env = f.obj("environment")
@@ -119,7 +122,8 @@ class Report:
             work={name: StageWork.from_dict(v, work.at(name)) for name, v in work.data.items()} if work else {},
             accuracy=Accuracy.from_dict(accuracy.data, accuracy.path) if accuracy else None,
             tracks=Tracks.from_dict(tracks.data, tracks.path) if tracks else None,
-            recorded_findings=read_findings(f), capture=f.opaque_map("capture"), extra=f.rest(),
+            recorded_findings=read_findings(f), capture=f.opaque_map("capture"),
+            direct=DirectReference.from_dict(direct.data, direct.path) if direct else None, extra=f.rest(),
             read_version=read_version,
         )
 
@@ -137,7 +141,7 @@ class Report:
             "accuracy": self.accuracy.to_dict() if self.accuracy else None,
             "tracks": self.tracks.to_dict() if self.tracks else None,
             "recorded_findings": [x.to_dict() for x in self.recorded_findings],
-            "capture": self.capture, **self.extra,
+            "capture": self.capture, "direct": self.direct.to_dict() if self.direct else None, **self.extra,
         }
 
     # -- runs ----------------------------------------------------------------------------------
@@ -177,6 +181,12 @@ class Report:
         basis = self.warm_runs or ((self.cold_run,) if self.cold_run else ())
         names = sorted({name for r in basis for name in r.stage_ms})
         return {n: float(statistics.median(r.stage_ms.get(n, 0.0) for r in basis)) for n in names}
+
+    @property
+    def session_vs_direct(self) -> float | None:
+        """The typical run over the direct call's median (1.0: the session adds nothing); None without a
+        direct reference."""
+        return self.direct.ratio(self.typical_run_ms) if self.direct else None
 
     # -- device --------------------------------------------------------------------------------
     @property
@@ -269,6 +279,6 @@ class BenchFile:
 
 __all__ = [
     "BENCH_FORMAT", "CPU_NAME", "REPORT_FORMAT", "REPORT_VERSION", "Accuracy", "Batch", "BenchFile", "CpuInfo",
-    "Environment", "GpuInfo", "RecordedFinding", "Report", "Run", "RunError", "StageWork", "TelemetryWindow",
-    "Totals", "TrackerInfo", "Tracks", "VideoInfo", "as_report", "migrate",
+    "DirectReference", "Environment", "GpuInfo", "RecordedFinding", "Report", "Run", "RunError", "StageWork",
+    "TelemetryWindow", "Totals", "TrackerInfo", "Tracks", "VideoInfo", "as_report", "migrate",
 ]

@@ -26,6 +26,8 @@ session runs its batches: an exit, an interrupt or a hang comes back as a Tracke
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any, Callable
 
 import numpy as np
@@ -67,10 +69,34 @@ class _HookTimer:
         self.timer: StageTimer | None = None
         self.open: list[str] = []
         self.names: list[str] = []
+        #: (child name, pre-hook handle id, post-hook handle id); a deep copy's children keep the same ids
+        self.hook_ids: list[tuple[str, int, int]] = []
         for name, child in module.named_children():
             self.names.append(name)
-            child.register_forward_pre_hook(self._pre(name))
-            child.register_forward_hook(self._post(name))
+            pre = child.register_forward_pre_hook(self._pre(name))
+            post = child.register_forward_hook(self._post(name))
+            self.hook_ids.append((name, pre.id, post.id))
+
+    @contextmanager
+    def removed(self, module: torch.nn.Module) -> Iterator[None]:
+        """These hooks off ``module``'s top-level children (the plugin, or its quantised deep copy) for the
+        block, so its calls take torch's hook-free path; put back as they were (order kept) after it."""
+        children = dict(module.named_children())
+        saved: list[tuple[dict[int, Any], dict[int, Any]]] = []
+        for name, pre_id, post_id in self.hook_ids:
+            child = children.get(name)
+            if child is None:
+                continue
+            for hooks, key in ((child._forward_pre_hooks, pre_id), (child._forward_hooks, post_id)):
+                if key in hooks:
+                    saved.append((hooks, dict(hooks)))
+                    del hooks[key]
+        try:
+            yield
+        finally:
+            for hooks, before in reversed(saved):
+                hooks.clear()
+                hooks.update(before)
 
     def _pre(self, name: str) -> Callable:
         def hook(_module: torch.nn.Module, _inputs: Any) -> None:
@@ -184,6 +210,18 @@ class PluginTracker(Tracker):
         if done is None:
             done = self._quantised[ctx.precision] = self._quantise(ctx.precision, ctx.device)
         return done[0]
+
+    def call_direct(self, frames: torch.Tensor, queries: torch.Tensor, ctx: RunContext) -> Any:
+        """The plugin's own callable (for int8/fp8 its quantised copy) on device tensors, with the adapter's
+        submodule hooks off and ``ctx.timer`` as a declared-stages plugin's timer: what a user timing their
+        model by hand runs (the bench's direct reference). Its output is returned as it is, on the device."""
+        fn = self._callee(ctx)
+        if self.plugin_stages:
+            fn.timer = ctx.timer  # type: ignore[attr-defined]
+        bypass = (self._hooks.removed(fn) if self._hooks is not None and isinstance(fn, torch.nn.Module)
+                  else nullcontext())
+        with bypass:
+            return fn(frames, queries)
 
     def prepare(self, frames: np.ndarray, ctx: RunContext) -> PreparedVideo:
         """Upload the frames to the device (and move a module plugin there); on the CPU a copy, never a view

@@ -5,7 +5,11 @@ Each configuration: warm-up runs, then repeated runs, each a full Session; the t
 across all of them; a RunRecorder turns the events into the configuration's report (the cold first
 warm-up run is kept as the report's cold run, the other warm-up runs are dropped). ``--overhead``
 measures what stage timing plus telemetry cost: the same configuration with both on and both off,
-alternating, and the ratio of the medians.
+alternating in blocks, in ``OVERHEAD_SETS`` sets; each set's ratio of the medians, and the median of those.
+
+Beside each configuration's session runs the tracker is also called alone, in this process and thread
+(``engine.workflows.direct``): the row's and the report's direct reference, and the session/direct ratio
+("vs direct") that says what trackscope's own path costs. ``direct=False`` (``--no-direct``) skips it.
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ from engine.analysis.tradeoff import speedup_over
 from engine.core.config import PRECISIONS, RunConfig
 from engine.core.errors import UserError
 from engine.core.units import ms_value
-from engine.report.parts import Accuracy
+from engine.report.parts import Accuracy, DirectReference
 from engine.report.schema import BenchFile, Report
+from engine.run.events import Started
 from engine.run.session import Failed, Finished, Session
 
 DEFAULT_PRECISIONS = ",".join(PRECISIONS)
@@ -42,6 +47,7 @@ PERCENTILES = (10, 90)
 NOISY_SPREAD = 1.5  # p90/p10 of the timed runs above this is flagged in the table
 OVERHEAD_TARGET = 1.03  # issue target: instrumentation within 3 %
 OVERHEAD_BLOCK = 5  # runs per on/off block
+OVERHEAD_SETS = 3  # independent on/off sets; the overhead is the median of their ratios
 SAMPLER_SETTLE_S = 0.15  # let the sampler take its first sample before timing
 BENCH_FILE = "bench.json"
 
@@ -60,6 +66,8 @@ class Row:
     cold_ms: float | None = None
     frames_per_s: float | None = None
     speedup: float | None = None
+    direct_ms_median: float | None = None  # the tracker called alone (engine.workflows.direct)
+    vs_direct: float | None = None  # ms_median / direct_ms_median
     peak_memory_bytes: float | None = None
     memory_kind: str = ""
     accuracy: str = ""
@@ -161,7 +169,7 @@ class Bench:
 
     def __init__(self, data: BenchInput, tracker_name: str, device: str, timing: bool = True,
                  telemetry: bool = True, cost: bool = True, log=None, deep: bool = False,
-                 trace_dir: Path | None = None):
+                 trace_dir: Path | None = None, direct: bool = True):
         from engine.core.devices import resolve_device
         from engine.trackers import load_tracker
 
@@ -172,6 +180,7 @@ class Bench:
         self.tracker_name = tracker_name
         self.timing = timing
         self.cost = cost
+        self.direct = direct  # time the tracker called alone beside each configuration's session runs
         self.deep = deep  # one captured run per configuration after the timed ones
         self.trace_dir = trace_dir  # where the captures' traces go (the --out folder); None: no traces
         self.log = log or (lambda text: print(text, file=sys.stderr))
@@ -205,9 +214,11 @@ class Bench:
             row.note = f"skipped: {g.reason}"
             return row
         recorder = RunRecorder(label=config.label())
+        started: Started | None = None
         for i in range(warmup + repeat):
             events = list(self._session(config).events())
             last = events[-1]
+            started = next((e for e in events if isinstance(e, Started)), started)
             cold = any(getattr(e, "cold", False) for e in events)
             if i >= warmup or cold:  # keep the cold run and the timed runs
                 for event in events:
@@ -215,6 +226,7 @@ class Bench:
             if isinstance(last, Failed):
                 row.note = f"failed ({last.kind}): {last.message}"
                 return row
+        direct = self._direct(config, started, warmup, repeat, row) if self.direct and started else None
         work = None
         if self.cost:
             from engine.analysis.cost import count_session_cost
@@ -235,6 +247,8 @@ class Bench:
                                 reference_label="fp32" if reference is not None else None)
         report = recorder.build(telemetry=self.sampler, work=work, accuracy=accuracy,
                                 queries_source=self.data.source)
+        if direct is not None:
+            report = dataclasses.replace(report, direct=direct)
         if self.deep:
             report = dataclasses.replace(report, capture=self._capture(config, report))
         self._fill_row(row, report, g.reason)
@@ -246,6 +260,29 @@ class Bench:
             row.speedup = speedup_over(self._fp32[key][0].ms_median, row.ms_median)
         self.reports.append(report)
         return row
+
+    def _direct(self, config: RunConfig, started: Started, warmup: int, repeat: int, row: Row
+                ) -> DirectReference | None:
+        """The tracker called alone on this configuration, with the sampler stopped; None (and a note in the
+        row's extra) when the call fails."""
+        import torch
+
+        from engine.workflows.direct import time_direct
+
+        sampler = self.sampler if self.sampler is not None and self.sampler.running else None
+        if sampler is not None:
+            sampler.stop()
+        try:
+            return time_direct(self.tracker, self.data.frames, started.geometry.queries_to_frame(self.data.queries),
+                               precision=config.precision, points_per_batch=config.points_per_batch,
+                               frames_per_batch=config.frames_per_batch, device=torch.device(started.device),
+                               warmup=warmup, repeat=repeat)
+        except (Exception, SystemExit) as exc:  # the reference is extra information, never fatal
+            row.extra["direct_error"] = f"{type(exc).__name__}: {exc}"
+            return None
+        finally:
+            if sampler is not None:
+                sampler.start()
 
     def _capture(self, config: RunConfig, report: Report) -> dict[str, Any]:
         """The deep-capture pass of one configuration (after its timed runs); its summary for the report."""
@@ -269,6 +306,9 @@ class Bench:
         if not row.peak_memory_bytes and totals.peak_rss_bytes:
             row.peak_memory_bytes, row.memory_kind = totals.peak_rss_bytes, "RSS"
         row.accuracy = _accuracy_text(report.accuracy)
+        if report.direct is not None:
+            row.direct_ms_median = report.direct.ms_median
+            row.vs_direct = report.session_vs_direct
         notes = [gate_reason] if gate_reason else []
         if row.cold_ms and row.ms_median:
             notes.append(f"cold {row.cold_ms:.0f} ms")
@@ -296,16 +336,27 @@ class Bench:
                 self.sampler.stop()
         return self.rows
 
-    def overhead(self, config: RunConfig, warmup: int, repeat: int) -> dict[str, float]:
-        """Median wall ms with timing+telemetry on vs off, and their ratio.
+    def overhead(self, config: RunConfig, warmup: int, repeat: int) -> dict[str, Any]:
+        """Timing+telemetry on vs off: ``OVERHEAD_SETS`` sets of ``repeat`` runs each way, alternating in
+        blocks of ``OVERHEAD_BLOCK``; each set's median(on) / median(off), and the median of those ratios
+        (one slow stretch of a busy machine moves one set, not the answer).
 
-        Runs alternate in blocks of ``OVERHEAD_BLOCK``: instrumented blocks run with the sampler
-        running throughout, as it does in the app, and timing on; plain blocks with both off. (Starting
-        the sampler around every run would put its first, heaviest sample inside each short run: that
-        is sampling at the run rate, not at the sampler's rate.)
+        Instrumented blocks run with the sampler running throughout, as it does in the app, and timing on;
+        plain blocks with both off. (Starting the sampler around every run would put its first, heaviest
+        sample inside each short run: that is sampling at the run rate, not at the sampler's rate.)
         """
         for _ in range(warmup):
             self._checked(self._session(config, timing=True).run())
+        sets = [self._overhead_set(config, repeat) for _ in range(OVERHEAD_SETS)]
+        set_ratios = [statistics.median(on) / statistics.median(off) for on, off in sets]
+        on_all = [ms for on, _ in sets for ms in on]
+        off_all = [ms for _, off in sets for ms in off]
+        return {"on_ms_median": statistics.median(on_all), "off_ms_median": statistics.median(off_all),
+                "ratio": statistics.median(set_ratios), "set_ratios": set_ratios, "sets": OVERHEAD_SETS,
+                "runs_each": float(repeat), "target_ratio": OVERHEAD_TARGET}
+
+    def _overhead_set(self, config: RunConfig, repeat: int) -> tuple[list[float], list[float]]:
+        """(instrumented wall ms, plain wall ms): ``repeat`` runs each, alternating blocks, instrumented first."""
         on_ms: list[float] = []
         off_ms: list[float] = []
         block = 0
@@ -322,9 +373,7 @@ class Bench:
                 if self.sampler is not None:
                     self.sampler.stop()
             block += 1
-        on, off = statistics.median(on_ms), statistics.median(off_ms)
-        return {"on_ms_median": on, "off_ms_median": off, "ratio": on / off, "runs_each": float(len(on_ms)),
-                "target_ratio": OVERHEAD_TARGET}
+        return on_ms, off_ms
 
     @staticmethod
     def _checked(last: Finished | Failed) -> Finished:
@@ -347,7 +396,12 @@ def _mem(value: float | None, kind: str) -> str:
     return f"{value / 2**20:.0f} MiB" + (" RSS" if kind == "RSS" else "")
 
 
-TABLE_COLUMNS = ("config", "ms/run (p10-p90)", "frames/s", "speedup", "peak mem", "accuracy", "note")
+TABLE_COLUMNS = ("config", "ms/run (p10-p90)", "frames/s", "speedup", "vs direct", "peak mem", "accuracy", "note")
+
+
+def vs_direct_text(ratio: float | None, empty: str = "-") -> str:
+    """A session/direct ratio as a cell: '1.02x'; ``empty`` when there is none."""
+    return empty if ratio is None else f"{ratio:.2f}x"
 
 
 def format_table(rows: list[Row]) -> str:
@@ -356,7 +410,8 @@ def format_table(rows: list[Row]) -> str:
     for r in rows:
         ms = "-" if r.ms_median is None else f"{ms_value(r.ms_median)} ({ms_value(r.ms_p10)}-{ms_value(r.ms_p90)})"
         speedup = "-" if r.speedup is None else f"{r.speedup:.2f}x"
-        cells.append([r.label, ms, _fmt(r.frames_per_s, ".1f"), speedup, _mem(r.peak_memory_bytes, r.memory_kind),
+        cells.append([r.label, ms, _fmt(r.frames_per_s, ".1f"), speedup, vs_direct_text(r.vs_direct),
+                      _mem(r.peak_memory_bytes, r.memory_kind),
                       r.accuracy or "-", r.note])
     widths = [max(len(row[i]) for row in cells) for i in range(len(TABLE_COLUMNS) - 1)]
     lines = []
@@ -399,7 +454,7 @@ class BenchWriter:
         self._write_reports()
         return self._write_bench(None, complete=False)
 
-    def finish(self, overhead: dict[str, float] | None, complete: bool = True) -> Path:
+    def finish(self, overhead: dict[str, Any] | None, complete: bool = True) -> Path:
         """The last reports and the bench file; -> its path."""
         self._write_reports()
         return self._write_bench(overhead, complete)
@@ -418,7 +473,7 @@ class BenchWriter:
             row.report_file = name
             self._written.add(row.label)
 
-    def _write_bench(self, overhead: dict[str, float] | None, complete: bool) -> Path:
+    def _write_bench(self, overhead: dict[str, Any] | None, complete: bool) -> Path:
         from engine.report.files import save
         from engine.report.parts import Environment
         from engine.telemetry.environment import capture_environment
@@ -434,7 +489,7 @@ class BenchWriter:
         return save(data, self.path)
 
 
-def write_outputs(out: Path, bench: Bench, overhead: dict[str, float] | None) -> Path:
+def write_outputs(out: Path, bench: Bench, overhead: dict[str, Any] | None) -> Path:
     """Per-configuration reports and the bench file into ``out`` at once; returns the bench file's path."""
     writer = BenchWriter(out, bench)
     writer.start()

@@ -56,7 +56,7 @@ PRECISION_COLOURS = {"fp32": (70, 130, 230), "tf32": (40, 170, 90), "fp16": (240
                      "bf16": (170, 70, 200), "int8": (220, 50, 50), "fp8": (120, 120, 120)}
 OTHER_COLOUR = (128, 128, 128)
 COLUMNS = ("video", "tracker", "machine", "precision", "points/batch", "frames/batch", "ms / run", "frames/s",
-           "speedup", "peak memory", "AJ", "px vs fp32", "runs")
+           "speedup", "vs direct", "peak memory", "AJ", "px vs fp32", "runs")
 HEADER_TIPS = {"machine": "the device the run ran on (a report opened here says where it was recorded)",
                "precision": f"{PRECISION_UNUSED}: the tracker has no precision setting (LK)",
                "points/batch": "points tracked per batch (the run tracks all its points, batch by batch; "
@@ -64,6 +64,8 @@ HEADER_TIPS = {"machine": "the device the run ran on (a report opened here says 
                "frames/batch": "frames per batch",
                "ms / run": "median wall time of the warm runs (the cold run when there is no warm one)",
                "speedup": "fp32 ms / this ms, same tracker, device, video, points and batch sizes",
+               "vs direct": "this ms / the tracker called alone in the same process (no session, guard, hooks "
+                            "or telemetry), from a bench; blank when the report has no direct reference",
                "AJ": "average Jaccard against ground truth (TAP-Vid)",
                "px vs fp32": "mean distance in video pixels from the fp32 run's tracks",
                "runs": "runs recorded in the report"}
@@ -86,6 +88,15 @@ _MEMORY_TIPS = {"device peak": "peak allocated device memory (torch allocator)",
                 "": "not measured (no allocator stats and no telemetry)"}
 _PX_SOURCES = {"report": "from the report's accuracy block", "tracks": "mean px between this run's tracks and "
                "the fp32 run's", "baseline": "the fp32 baseline itself"}
+
+
+def _direct_tip(row: TradeoffRow) -> str:
+    """Where a row's 'vs direct' comes from, or why it is blank."""
+    direct = row.report.direct
+    if direct is None or direct.ms_median is None:
+        return "no direct-call reference in this report (a bench records one unless --no-direct)"
+    return (f"direct call ({direct.what or 'the tracker alone'}): median {fmt_ms(direct.ms_median)} of "
+            f"{direct.num_runs} run(s)")
 
 
 class TradeoffPanel(QWidget):
@@ -256,6 +267,7 @@ class TradeoffPanel(QWidget):
                 (fmt_ms(row.ms), row.ms, f"{row.ms_basis} of {row.num_runs} run(s)" if row.ms_basis else ""),
                 (fmt(row.frames_per_s, "{:.1f}"), row.frames_per_s, ""),
                 (fmt(row.speedup, "{:.2f}x"), row.speedup, speed_tip),
+                ("" if row.vs_direct is None else f"{row.vs_direct:.2f}x", row.vs_direct, _direct_tip(row)),
                 (fmt_bytes(row.peak_memory_bytes) + (" RSS" if row.memory_kind == MEMORY_PROCESS_RSS else ""),
                  row.peak_memory_bytes, _MEMORY_TIPS[row.memory_kind if row.peak_memory_bytes is not None else ""]),
                 (fmt(row.aj, "{:.3f}"), row.aj, "" if row.aj is not None else "no ground truth in this report"),

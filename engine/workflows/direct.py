@@ -1,0 +1,92 @@
+"""The direct-call reference of a bench: the tracker called alone in the bench's process and thread.
+
+What a user timing their model by hand would measure, beside the session runs of the same configuration:
+no Session, no plugin guard, no stage timing (a disabled StageTimer), no submodule hooks, no telemetry
+sampler (the bench stops it around these calls); inputs already on the device; ``torch.inference_mode``
+and the run's ``precision_context``; the device synchronised before each clock read.
+
+- a module or callable plugin (``PluginTracker``): its own callable (for int8/fp8 its quantised copy) on the
+  uploaded frames and each batch of queries, its outputs left on the device;
+- a built-in tracker or a plugin that is a Tracker: ``prepare`` then ``track`` of every batch of points
+  (the session's batches), without the session.
+
+The session's ms over the direct median (``Report.session_vs_direct``) is what trackscope's own path costs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from engine.core.precision import precision_context
+from engine.core.stages import StageTimer
+from engine.report.parts import DirectReference
+from engine.trackers.base import RunContext, Tracker
+from engine.trackers.plugin import PluginTracker
+
+#: timed direct calls per configuration: the bench's --repeat, kept within these
+DIRECT_MIN_RUNS = 3
+DIRECT_MAX_RUNS = 5
+PLUGIN_CALLABLE = "the plugin's callable on device inputs"
+PREPARE_AND_TRACK = "prepare + track, the session's batches"
+
+
+def direct_runs(repeat: int) -> int:
+    """How many direct calls are timed for a bench of ``repeat`` session runs."""
+    return max(DIRECT_MIN_RUNS, min(repeat, DIRECT_MAX_RUNS))
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _batches(num_queries: int, points_per_batch: int) -> list[tuple[int, int]]:
+    return [(start, min(num_queries, start + points_per_batch)) for start in range(0, num_queries, points_per_batch)]
+
+
+def time_direct(tracker: Tracker, frames: np.ndarray, frame_queries: np.ndarray, *, precision: str,
+                points_per_batch: int, frames_per_batch: int, device: torch.device, warmup: int,
+                repeat: int) -> DirectReference:
+    """``warmup`` untimed then ``direct_runs(repeat)`` timed calls of ``tracker`` alone on ``frames`` (uint8
+    [T, H, W, 3]) and ``frame_queries`` (float32 [N, 3], frame pixels); their wall ms."""
+    ctx = RunContext(device, precision, frames_per_batch, StageTimer(device, enabled=False))
+    batches = _batches(len(frame_queries), points_per_batch)
+    own_frames = np.array(frames, copy=True)  # a plugin writing into its frames cannot change the bench's
+    samples: list[float] = []
+    with torch.inference_mode(), precision_context(precision, device):
+        once, what = _one_call(tracker, own_frames, frame_queries, batches, ctx)
+        for i in range(warmup + direct_runs(repeat)):
+            _synchronize(device)
+            t0 = time.perf_counter()
+            once()
+            _synchronize(device)
+            if i >= warmup:
+                samples.append((time.perf_counter() - t0) * 1e3)
+    return DirectReference(samples_ms=tuple(samples), warmup=warmup, what=what)
+
+
+def _one_call(tracker: Tracker, frames: np.ndarray, frame_queries: np.ndarray, batches: list[tuple[int, int]],
+              ctx: RunContext) -> tuple[Callable[[], None], str]:
+    """(one run of the tracker over every batch, what it calls); uploads happen here, before any timing."""
+    queries = [np.array(frame_queries[start:stop], dtype=np.float32, copy=True) for start, stop in batches]
+    if isinstance(tracker, PluginTracker):
+        video = tracker.prepare(frames, ctx).data["frames"]  # frames [T, H, W, 3] uint8 on the device
+        on_device = [torch.from_numpy(q).to(ctx.device) for q in queries]
+        _synchronize(ctx.device)
+
+        def call_plugin_alone() -> None:
+            for q in on_device:
+                tracker.call_direct(video, q, ctx)
+
+        return call_plugin_alone, PLUGIN_CALLABLE
+
+    def prepare_and_track() -> None:
+        prepared = tracker.prepare(frames, ctx)
+        for q in queries:
+            tracker.track(prepared, q, ctx)
+
+    return prepare_and_track, PREPARE_AND_TRACK
