@@ -21,7 +21,16 @@ from engine.core.outputs import check_output_path
 from engine.core.atomic import atomic_path
 
 # -- run configuration, precision modes and their hardware gates, devices ---------------------------------------
-from engine.core.config import DEFAULT_TUNABLE, PRECISIONS, RunConfig
+from engine.core.config import (
+    CONFIG_KEYS,
+    DEFAULT_TUNABLE,
+    MAX_FRAMES_PER_BATCH,
+    MAX_POINTS_PER_BATCH,
+    PRECISIONS,
+    ConfigChange,
+    ConfigError,
+    RunConfig,
+)
 from engine.core.precision import Gate, gate
 from engine.core.devices import device_name, resolve_device
 
@@ -142,7 +151,7 @@ def run_title(config: RunConfig | Mapping[str, Any], tracker: Mapping[str, Any] 
     if not isinstance(config, RunConfig):
         fields = dict(config)
         try:
-            config = RunConfig.from_dict(fields)
+            config = RunConfig.from_dict({k: v for k, v in fields.items() if k in CONFIG_KEYS})  # old extras
         except (TypeError, ValueError):  # a report's odd config: its tracker's name is title enough
             return str(fields.get("tracker", "?"))
     return config.label((tracker or {}).get("tunable", DEFAULT_TUNABLE))
@@ -153,10 +162,11 @@ __all__ = [
     "CaptureSummary", "DeepCapture", "Lane", "Markers", "TimelineData", "deep_capture", "diagnose_capture",
     "forward_body", "load_timeline",
     "BASELINE_PRECISION", "BUILTIN_STAGES", "DEFAULT_TUNABLE", "GIB", "LK_STAGES", "MEMORY_DEVICE_PEAK", "MIB",
-    "MEMORY_PROCESS_RSS", "PRECISIONS", "PRECISION_UNUSED",
+    "MAX_FRAMES_PER_BATCH", "MAX_POINTS_PER_BATCH", "MEMORY_PROCESS_RSS", "PRECISIONS", "PRECISION_UNUSED",
     "SAMPLER_THREAD_NAME", "SAMPLE_VIDEO", "VIDEO_EXTENSIONS", "VIDEO_WRITE_SUFFIXES", "atomic_path",
     "check_output_path",
-    "Accuracy", "Analysis", "BatchDone", "BenchFile", "Cost", "DeviceGates", "Divergence", "Failed", "Finding",
+    "Accuracy", "Analysis", "BatchDone", "BenchFile", "ConfigChange", "ConfigError", "Cost", "DeviceGates",
+    "Divergence", "Failed", "Finding",
     "Finished", "Gate", "PreparedVideo", "QueryError", "RecordedFinding", "Report", "ReportError", "ReportVideo",
     "RingBuffers", "RunConfig", "RunContext", "RunRecorder", "Session", "StageRoofline", "Started",
     "TelemetrySampler", "TrackResult", "Tracker", "TrackerCache", "TrackerError", "TradeoffRow", "TradeoffTable",

@@ -373,10 +373,10 @@ class MainWindow(QMainWindow):
         """Stop after the current batch."""
         self.runs.stop_run()
 
-    def _on_config_changed(self, changes: dict) -> None:
+    def _on_config_changed(self, change: Any) -> None:  # a ConfigChange
         self.state.set_config(self.toggles.config(), announce=False)
         self.settings.set_config(self.toggles.config())
-        self.runs.apply_config(changes)
+        self.runs.apply_config(change)
 
     def add_bench_dialog(self) -> None:
         """Compare > add a bench or report file to the trade-offs."""

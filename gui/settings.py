@@ -13,9 +13,16 @@ from typing import Any
 
 from PySide6.QtCore import QByteArray, QSettings
 
-from engine.api import PRECISIONS, RunConfig, UserError, available_trackers, resolve_device
+from engine.api import (
+    MAX_FRAMES_PER_BATCH,
+    MAX_POINTS_PER_BATCH,
+    PRECISIONS,
+    RunConfig,
+    UserError,
+    available_trackers,
+    resolve_device,
+)
 from gui.panels.run_panel import DEFAULT_GRID, MAX_GRID
-from gui.panels.toggles import MAX_FRAMES_PER_BATCH, MAX_POINTS_PER_BATCH
 
 ORGANIZATION = "trackscope"
 APPLICATION = "trackscope"

@@ -28,20 +28,22 @@ HUGE_QUERIES = np.array([[0, 4000.0, 30.0], [1, 100.0, 10.0], [0, 2100.0, 40.0]]
 AGREE_PX = 1e-3
 
 
-def _old_query_scale(width: int, height: int, frames: np.ndarray) -> np.ndarray:
-    """The mapping before the geometry existed (engine.io.video.query_scale), kept here as the reference."""
-    return np.array([1.0, width / frames.shape[2], height / frames.shape[1]], np.float32)
-
-
-def test_conversions_match_the_former_query_scale_bit_for_bit():
+def test_conversions_are_centre_aligned_and_keep_float32():
+    """A frame pixel centre is (x + 0.5) * scale - 0.5 in source pixels (cv2.resize's alignment; the content
+    check is tests/test_geometry_resized.py); t is unchanged and float32 tracks stay float32."""
     frames = np.zeros((2, 62, 4096, 3), np.uint8)
     geometry = VideoGeometry.from_frames(*HUGE_SIZE, frames)
-    scale = _old_query_scale(*HUGE_SIZE, frames)
-    assert geometry.is_scaled and geometry.scale == (float(scale[1]), float(scale[2]))
-    np.testing.assert_array_equal(geometry.queries_to_frame(HUGE_QUERIES), HUGE_QUERIES / scale)
+    sx, sy = HUGE_SIZE[0] / 4096, HUGE_SIZE[1] / 62
+    assert geometry.is_scaled and geometry.scale == (sx, sy)
+    frame_queries = geometry.queries_to_frame(HUGE_QUERIES)
+    assert frame_queries.dtype == np.float32
+    np.testing.assert_array_equal(frame_queries[:, 0], HUGE_QUERIES[:, 0])
+    np.testing.assert_allclose(frame_queries[:, 1], (HUGE_QUERIES[:, 1] + 0.5) / sx - 0.5, rtol=1e-6)
     tracks = np.random.default_rng(0).uniform(0, 60, (3, 2, 2)).astype(np.float32)
-    np.testing.assert_array_equal(geometry.to_source(tracks), tracks * scale[1:])
-    np.testing.assert_array_equal(geometry.to_frame(tracks), tracks / scale[1:])
+    source = geometry.to_source(tracks)
+    assert source.dtype == np.float32
+    np.testing.assert_allclose(source, (tracks + 0.5) * [sx, sy] - 0.5, rtol=1e-6)
+    np.testing.assert_allclose(geometry.to_frame(source), tracks, atol=1e-4)
 
 
 def test_unscaled_geometry_is_the_identity_and_round_trips_through_a_dict():
@@ -138,7 +140,7 @@ def test_app_records_the_same_queries_as_the_cli(qtbot, tmp_path, huge_video, cl
     assert w.load_path(huge_video[0]), w.banner.message  # the sidecar queries CSV comes with it
     np.testing.assert_allclose(w.queries, HUGE_QUERIES, atol=AGREE_PX)
     shown = w.view.image.mapRectToParent(w.view.image.boundingRect())  # the image placed in source pixels
-    assert (shown.left(), shown.width()) == (pytest.approx(-0.5 * w.view.video_geometry.scale[0]), pytest.approx(4200))
+    assert (shown.left(), shown.width()) == (pytest.approx(-0.5), pytest.approx(4200))  # centre-aligned
     with qtbot.waitSignal(w.run_finished, timeout=20_000):
         assert w.start_run()
     qtbot.waitUntil(lambda: not w.controller.running and w.report is not None, timeout=5000)

@@ -19,7 +19,7 @@ from PySide6.QtCore import (  # noqa: E402
 )
 from PySide6.QtGui import QDropEvent  # noqa: E402
 
-from engine.api import Cost, StageRoofline, as_report, load_report, specs  # noqa: E402
+from engine.api import ConfigChange, Cost, StageRoofline, as_report, load_report, specs  # noqa: E402
 from engine.core.config import RunConfig  # noqa: E402
 from engine.io.trackio import load_tracks  # noqa: E402
 from engine.io.video import open_video, write_video  # noqa: E402
@@ -106,7 +106,7 @@ def test_toggles_gate_precisions_on_cpu(qtbot):
     panel.config_changed.connect(changes.append)
     panel.precision.setCurrentText("tf32")
     panel.frames.setValue(4)
-    assert changes == [{"precision": "tf32"}, {"frames_per_batch": 4}]
+    assert changes == [ConfigChange(precision="tf32"), ConfigChange(frames_per_batch=4)]  # typed changes
     assert panel.gate_note.isVisibleTo(panel)  # tf32 on CPU says it runs as fp32
     assert panel.config() == RunConfig(tracker="lk", device="cpu", precision="tf32", frames_per_batch=4)
 

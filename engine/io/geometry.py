@@ -2,9 +2,11 @@
 
 The source is the video file's own pixel grid; frames are what the reader decoded (a video with a side
 over the reader's max side is shrunk on reading). Both use OpenCV's convention: x right, y down, (0, 0)
-is the centre of the top-left pixel. A frame pixel spans ``scale`` source pixels per axis, and points
-are multiplied (frame -> source) or divided (source -> frame) by it, exactly as
-``engine.io.video.query_scale`` did (float32 factors), so tracks stay bit-identical.
+is the centre of the top-left pixel. A frame pixel spans ``scale`` source pixels per axis. The frames
+come from ``cv2.resize``, which is centre-aligned (the two grids share their outer edges), so a point
+converts as ``(x + 0.5) * scale - 0.5`` (``engine.core.pixels.resample_coordinates``), not ``x * scale``:
+multiplying put a point of a 1080p video kept at 364x204 about 2 px up and left of where the frame shows it.
+Tests check this against cv2-resized content, not against the formula (tests/test_geometry_resized.py).
 """
 
 from __future__ import annotations
@@ -14,10 +16,8 @@ from typing import Any
 
 import numpy as np
 
-#: the dtype of the scale factors (the former engine.io.video.query_scale's); conversions must match it bit for bit
-SCALE_DTYPE = np.float32
-#: half a pixel: a pixel centre is at an integer coordinate, its area reaches 0.5 px either side
-HALF_PIXEL = 0.5
+from engine.core.pixels import HALF_PIXEL, resample_coordinates
+
 #: the keys of ``to_dict`` / ``from_dict``
 GEOMETRY_KEYS = ("source_width", "source_height", "frame_width", "frame_height")
 
@@ -73,7 +73,7 @@ class VideoGeometry:
 
     @property
     def scale(self) -> tuple[float, float]:
-        """(sx, sy): source pixels per frame pixel, per axis (float32-rounded, as the conversions use them)."""
+        """(sx, sy): source pixels per frame pixel, per axis."""
         sx, sy = self._factors()
         return float(sx), float(sy)
 
@@ -83,30 +83,39 @@ class VideoGeometry:
         return self.frame_size != self.source_size
 
     def _factors(self) -> np.ndarray:
-        """float32 [2] (sx, sy)."""
-        return np.array([self.source_width / self.frame_width, self.source_height / self.frame_height],
-                        SCALE_DTYPE)
+        """float64 [2] (sx, sy)."""
+        return np.array([self.source_width / self.frame_width, self.source_height / self.frame_height])
 
-    def _query_factors(self) -> np.ndarray:
-        """float32 [3] (1, sx, sy): the former query_scale's factors for (t, x, y) queries."""
-        return np.concatenate([np.ones(1, SCALE_DTYPE), self._factors()])
+    @property
+    def frame_extent(self) -> tuple[float, float, float, float]:
+        """(left, top, width, height) of the frame image in source pixels: where to draw it so that each
+        frame pixel's centre lands on the source position it was resampled from (the source's own edges)."""
+        return -HALF_PIXEL, -HALF_PIXEL, float(self.source_width), float(self.source_height)
 
     # -- conversions ---------------------------------------------------------------------------
     def to_frame(self, points: Any) -> np.ndarray:
-        """Source-pixel points [..., 2] (x, y) in frame pixels [..., 2]."""
-        return _as_points(points, 2) / self._factors()
+        """Source-pixel points [..., 2] (x, y) in frame pixels [..., 2] (float32 in, float32 out)."""
+        arr = _as_points(points, 2)
+        return _like(arr, resample_coordinates(arr.astype(np.float64), 1.0 / self._factors()))
 
     def to_source(self, points: Any) -> np.ndarray:
-        """Frame-pixel points [..., 2] (x, y) in source pixels [..., 2]."""
-        return _as_points(points, 2) * self._factors()
+        """Frame-pixel points [..., 2] (x, y) in source pixels [..., 2] (float32 in, float32 out)."""
+        arr = _as_points(points, 2)
+        return _like(arr, resample_coordinates(arr.astype(np.float64), self._factors()))
 
     def queries_to_frame(self, queries: Any) -> np.ndarray:
         """Source-pixel queries [N, 3] (t, x, y) in frame pixels [N, 3]; t is unchanged."""
-        return _as_points(queries, 3) / self._query_factors()
+        arr = _as_points(queries, 3)
+        out = np.array(arr, dtype=_float_dtype(arr))
+        out[..., 1:] = self.to_frame(arr[..., 1:])
+        return out
 
     def queries_to_source(self, queries: Any) -> np.ndarray:
         """Frame-pixel queries [N, 3] (t, x, y) in source pixels [N, 3]; t is unchanged."""
-        return _as_points(queries, 3) * self._query_factors()
+        arr = _as_points(queries, 3)
+        out = np.array(arr, dtype=_float_dtype(arr))
+        out[..., 1:] = self.to_source(arr[..., 1:])
+        return out
 
     def contains_source(self, points: Any) -> np.ndarray:
         """bool [...]: whether source-pixel points [..., 2] lie on the source (-0.5 .. size - 0.5; NaN: False)."""
@@ -133,6 +142,16 @@ class VideoGeometry:
         frame_width: Any = data.get("frame_width", width)
         frame_height: Any = data.get("frame_height", height)
         return cls(width, height, frame_width, frame_height)
+
+
+def _float_dtype(arr: np.ndarray) -> np.dtype:
+    """The input's dtype when it is floating (float32 tracks stay float32), else float64."""
+    return arr.dtype if np.issubdtype(arr.dtype, np.floating) else np.dtype(np.float64)
+
+
+def _like(arr: np.ndarray, converted: np.ndarray) -> np.ndarray:
+    """``converted`` (float64) in the input's float dtype."""
+    return converted.astype(_float_dtype(arr), copy=False)
 
 
 def _as_points(points: Any, width: int) -> np.ndarray:

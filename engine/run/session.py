@@ -28,7 +28,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from engine.core.config import RunConfig
+from engine.core.config import ConfigChange, RunConfig
 from engine.core.devices import device_name, resolve_device
 from engine.core.errors import OutOfMemory, QueryError, TrackerError, UserError, VideoError
 from engine.core.precision import QUANT_MODES, gate, precision_context
@@ -56,7 +56,7 @@ AUTO_DEVICES = ("", "auto")
 class _Shared:
     lock: threading.Lock = field(default_factory=threading.Lock)
     cancel: threading.Event = field(default_factory=threading.Event)
-    pending: dict[str, Any] = field(default_factory=dict)
+    pending: ConfigChange = field(default_factory=ConfigChange)
 
 
 #: words of torch's (and the C++ allocators') host out-of-memory errors, lower case
@@ -159,17 +159,22 @@ class Session:
     def cancelled(self) -> bool:
         return self._shared.cancel.is_set()
 
-    def update_config(self, **changes: Any) -> None:
-        """Change precision, batch sizes, device or tracker; applied from the next batch."""
-        RunConfig.from_dict({**self.config.to_dict(), **changes})  # validate now, in the caller
+    def update_config(self, change: ConfigChange | None = None, **changes: Any) -> None:
+        """Change precision, batch sizes, device or tracker; applied from the next batch.
+
+        ``change`` is a typed ConfigChange; keyword arguments build one. A wrong key or value raises
+        ConfigError here, in the caller's thread, and leaves the running session as it was.
+        """
+        change = (change or ConfigChange()).then(ConfigChange.of(changes))
         with self._shared.lock:
-            self._shared.pending.update(changes)
+            change.applied_to(self._shared.pending.applied_to(self.config))  # validate the whole now, in the caller
+            self._shared.pending = self._shared.pending.then(change)
 
     def _take_config(self) -> RunConfig:
         with self._shared.lock:
             if self._shared.pending:
-                self.config = self.config.with_changes(**self._shared.pending)
-                self._shared.pending.clear()
+                self.config = self._shared.pending.applied_to(self.config)
+                self._shared.pending = ConfigChange()
         return self.config
 
     # -- the run -----------------------------------------------------------------------------

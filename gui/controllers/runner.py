@@ -21,6 +21,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 from engine.api import (
     Analysis,
     BatchDone,
+    ConfigChange,
     Failed,
     Finished,
     Report,
@@ -79,12 +80,16 @@ class SessionJob:
         """Run again when a run finishes (or not)."""
         self._loop = loop
 
-    def update_config(self, **changes: Any) -> None:
-        """Apply config changes from the next batch, and to every later looped run."""
+    def update_config(self, change: ConfigChange) -> None:
+        """Apply a config change from the next batch, and to every later looped run.
+
+        ConfigError (raised here, in the caller's thread) when it does not fit: nothing is changed then.
+        """
         with self._lock:
-            self._config = self._config.with_changes(**changes)
+            config = change.applied_to(self._config)
             if self._session is not None:
-                self._session.update_config(**changes)
+                self._session.update_config(change)
+            self._config = config
 
     # -- iterated in the worker thread ----------------------------------------------------------
     def __call__(self) -> Iterator[Any]:
@@ -218,10 +223,10 @@ class RunController(QObject):
         if self._job is not None:
             self._job.set_loop(loop)
 
-    def update_config(self, **changes: Any) -> None:
-        """Apply config changes to the running session from its next batch."""
+    def update_config(self, change: ConfigChange) -> None:
+        """Apply a config change to the running session from its next batch (ConfigError when it does not fit)."""
         if self._job is not None:
-            self._job.update_config(**changes)
+            self._job.update_config(change)
 
     def stop(self) -> None:
         """Ask the run to stop between batches; returns at once."""

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from engine.api import BatchDone, Failed, Finished, Report, RunConfig, Started, UserError, run_title
+from engine.api import BatchDone, ConfigChange, Failed, Finished, Report, RunConfig, Started, UserError, run_title
 from gui.controllers.runner import ReportReady, RunController
 from gui.history import FAILED, FINISHED, STOPPED, run_settings, sized_title, video_name
 from gui.model import RunData
@@ -100,14 +100,15 @@ class RunActions(QObject):
         """Stop after the current batch."""
         self.controller.stop()
 
-    def apply_config(self, changes: dict[str, Any]) -> None:
-        """A toggle changed: a running session applies it from its next batch."""
+    def apply_config(self, change: ConfigChange) -> None:
+        """A toggle changed: a running session applies it from its next batch (refused at once when it does not fit)."""
         if not self.controller.running:
             return
         try:
-            self.controller.update_config(**changes)
-        except (ValueError, UserError) as exc:
-            self.state.post_message(f"cannot apply {changes}: {exc}", level="warning")
+            self.controller.update_config(change)
+        except UserError as exc:  # ConfigError: the running session is untouched
+            self.state.post_message(f"cannot apply {change.describe()}: {exc.message}", exc.suggestion,
+                                    level="warning")
             return
         self.note.emit(f"{self.state.config.label()}: applies from the next batch")
 

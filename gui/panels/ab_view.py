@@ -192,9 +192,8 @@ class ABView(QWidget):
         if self.frames is not None:  # after _draw: an ImageItem places its rect relative to the image it has
             h, w = self.frames.shape[1:3]
             self.video_geometry = geometry or VideoGeometry.unscaled(w, h)
-            sx, sy = self.video_geometry.scale
-            for side in (self.side_a, self.side_b):
-                side.image.setRect(QRectF(-0.5 * sx, -0.5 * sy, w * sx, h * sy))
+            for side in (self.side_a, self.side_b):  # centre-aligned, as the video view places it
+                side.image.setRect(QRectF(*self.video_geometry.frame_extent))
         self.fit()
 
     def set_runs(self, a: RunData, b: RunData, ground_truth: dict[str, np.ndarray] | None = None) -> None:

@@ -2,8 +2,8 @@
 
 Precision modes the device cannot run are listed but disabled, with the gate's reason as tooltip;
 modes that run but not natively (TF32 on the CPU) stay enabled with the reason shown. Every change
-emits ``config_changed`` with just the changed fields, which a running session applies from its
-next batch.
+emits ``config_changed`` with a ``ConfigChange`` (the one changed field, validated), which a running
+session applies from its next batch.
 """
 
 from __future__ import annotations
@@ -14,11 +14,18 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import QComboBox, QFormLayout, QSpinBox, QWidget
 
-from engine.api import PRECISIONS, RunConfig, available_trackers, device_choices, precision_gates
+from engine.api import (
+    MAX_FRAMES_PER_BATCH,
+    MAX_POINTS_PER_BATCH,
+    PRECISIONS,
+    ConfigChange,
+    RunConfig,
+    available_trackers,
+    device_choices,
+    precision_gates,
+)
 from gui.widgets.text import plain_label, plain_tip
 
-MAX_POINTS_PER_BATCH = 65536
-MAX_FRAMES_PER_BATCH = 4096
 TRACKER_TIP = "Tracker: a built-in, an installed plugin, or module:factory"
 POPUP_MARGIN_PX = 32  # the tracker list's room beyond its longest name (scroll bar, frame)
 
@@ -26,7 +33,7 @@ POPUP_MARGIN_PX = 32  # the tracker list's room beyond its longest name (scroll 
 class TogglesPanel(QWidget):
     """Form of run settings; ``config()`` reads it, ``config_changed`` reports edits."""
 
-    config_changed = Signal(dict)
+    config_changed = Signal(object)  # ConfigChange
 
     def __init__(self, config: RunConfig | None = None, parent: QWidget | None = None):
         super().__init__(parent)
@@ -151,12 +158,13 @@ class TogglesPanel(QWidget):
         if not value and key == "tracker":
             return
         try:
-            new = self._current.with_changes(**{key: value})
-        except ValueError:
+            change = ConfigChange.of({key: value})
+            new = change.applied_to(self._current)
+        except ValueError:  # ConfigError: the widgets' ranges keep this from happening
             return
         if new == self._current:
             return
         self._current = new
         self._fallback_note = ""
         self._show_gate_note()
-        self.config_changed.emit({key: value})
+        self.config_changed.emit(change)

@@ -286,8 +286,9 @@ class VideoView(QWidget):
         self.fps = float(fps) if fps and fps > 0 else DEFAULT_FPS
         t, h, w = self.frames.shape[:3]
         self.video_geometry = geometry or VideoGeometry.unscaled(w, h)
-        sx, sy = self.video_geometry.scale  # the image is placed in source pixels: queries and tracks draw as they are
-        rect = QRectF(-0.5 * sx, -0.5 * sy, w * sx, h * sy)  # frame pixel centres at their source positions
+        # the image is placed in source pixels (queries and tracks draw as they are), each frame pixel's centre on
+        # the source position cv2.resize sampled it from (centre-aligned: the image spans the source's edges)
+        rect = QRectF(*self.video_geometry.frame_extent)
         self.image.setImage(self.frames[0], levels=IMAGE_LEVELS, autoLevels=False)
         self.image.setRect(rect)
         self.points.set_bounds(rect)

@@ -32,6 +32,7 @@ import torch
 
 from engine.core import flags
 from engine.core.flags import env_flag
+from engine.core.pixels import resample_coordinates
 from engine.core.precision import QUANT_MODES
 from engine.core.stages import BUILTIN_STAGES
 from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult
@@ -61,15 +62,19 @@ NOT_QUANTISED_STAGES = (
 
 
 def to_model_xy(xy: torch.Tensor, width: int, height: int) -> torch.Tensor:
-    """Original-video pixels [..., 2] -> model pixels (centres of pixels map to centres)."""
-    sx, sy = MODEL_SIZE / width, MODEL_SIZE / height
-    return torch.stack([(xy[..., 0] + 0.5) * sx - 0.5, (xy[..., 1] + 0.5) * sy - 0.5], dim=-1)
+    """Frame pixels [..., 2] of a width x height frame -> model pixels [..., 2], centre-aligned as the
+    model's resize (``F.interpolate(align_corners=False)`` in ``CorrTrackNet.normalise``) is."""
+    return _resample_xy(xy, MODEL_SIZE / width, MODEL_SIZE / height)
 
 
 def from_model_xy(xy: torch.Tensor, width: int, height: int) -> torch.Tensor:
-    """Model pixels [..., 2] -> original-video pixels."""
-    sx, sy = width / MODEL_SIZE, height / MODEL_SIZE
-    return torch.stack([(xy[..., 0] + 0.5) * sx - 0.5, (xy[..., 1] + 0.5) * sy - 0.5], dim=-1)
+    """Model pixels [..., 2] -> frame pixels [..., 2] of a width x height frame (to_model_xy's inverse)."""
+    return _resample_xy(xy, width / MODEL_SIZE, height / MODEL_SIZE)
+
+
+def _resample_xy(xy: torch.Tensor, sx: float, sy: float) -> torch.Tensor:
+    """Per-axis centre-aligned rescale with Python scalars (no factor tensor: no host -> device copy in a batch)."""
+    return torch.stack([resample_coordinates(xy[..., 0], sx), resample_coordinates(xy[..., 1], sy)], dim=-1)
 
 
 class CorrTrackTracker(Tracker):
