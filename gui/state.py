@@ -212,11 +212,15 @@ class AppState(QObject):
         return True
 
     def set_ab(self, side: str, entry_id: int) -> bool:
-        """Pick an entry as A or B; with both picked they are compared (False and a message when they cannot)."""
-        self.ab[side] = entry_id
-        self.ab_changed.emit()
-        a, b = self.ab["A"], self.ab["B"]
-        return a is not None and b is not None and self.compare_entries(a, b)
+        """Pick an entry as A or B; with both picked they are compared (False and a message when they cannot).
+        A refused pick changes nothing: the other side and the comparison shown stay as they were."""
+        picked = {**self.ab, side: entry_id}
+        a, b = picked["A"], picked["B"]
+        if a is None or b is None:  # one side picked: nothing to compare yet
+            self.ab = picked
+            self.ab_changed.emit()
+            return False
+        return self.compare_entries(a, b)  # sets both sides only when they can be compared
 
     def compare_entries(self, a_id: int, b_id: int) -> bool:
         """Put two history entries side by side; False (and a plain message) when they cannot be compared."""

@@ -55,3 +55,29 @@ def test_a_new_run_inserts_one_row_and_rebuilds_none_at_60_entries(qtbot):
     assert counts["cells"] <= 2 * len(COL)  # the marks of the rows selected before and now, nothing else
     assert panel.entry_ids() == [e.id for e in state.runs] and panel.entry_ids()[-1] == newest.id
     assert _column(panel, "#")[-1] == f"▶ {newest.id}" and not _column(panel, "#")[-2].startswith("▶")
+
+
+# -- item 4: a refused A/B pick changes nothing ----------------------------------------------------------------
+def test_a_refused_b_pick_is_not_marked_and_the_comparison_stays(qtbot):
+    state = AppState()
+    panel = HistoryPanel(state)
+    qtbot.addWidget(panel)
+    first, second, other = _entry(state, points=80), _entry(state, points=80), _entry(state, points=400)
+    for e in (first, second, other):
+        state.add_entry(e, compare_previous=False)
+    comparisons: list = []
+    state.comparison_changed.connect(comparisons.append)
+    panel.pick(first.id)
+    panel.a_button.click()
+    panel.pick(second.id)
+    with qtbot.waitSignal(panel.ab_requested, timeout=1000):
+        panel.b_button.click()
+    assert state.ab == {"A": first.id, "B": second.id} and len(comparisons) == 1
+    requested: list = []
+    panel.ab_requested.connect(lambda: requested.append(True))
+    panel.pick(other.id)
+    panel.b_button.click()  # 400 points against 80: refused
+    assert "different query points" in state.last_message.text
+    assert state.ab == {"A": first.id, "B": second.id}  # the pair shown in the A/B tab
+    assert _column(panel, "A/B") == ["A", "B", ""]  # the refused row is not marked B
+    assert len(comparisons) == 1 and not requested  # the A/B tab keeps its pair and is not brought forward
