@@ -81,3 +81,21 @@ def test_a_refused_b_pick_is_not_marked_and_the_comparison_stays(qtbot):
     assert state.ab == {"A": first.id, "B": second.id}  # the pair shown in the A/B tab
     assert _column(panel, "A/B") == ["A", "B", ""]  # the refused row is not marked B
     assert len(comparisons) == 1 and not requested  # the A/B tab keeps its pair and is not brought forward
+
+
+# -- item 5: a run whose precision changed mid-run is diagnosed by what each batch ran with ----------------
+def test_diagnosis_header_and_whatif_follow_each_batchs_precision(qtbot):
+    from engine.api import as_report, project
+    from gui.panels.diagnosis import DiagnosisPanel
+    from tests.test_whatif_by_batch import TARGET, batched_report
+
+    report = as_report(batched_report(("fp32", "fp16")))
+    assert report.label == "corrtrack fp32 p256 f16"  # what the recorder wrote: the first batch's config
+    panel = DiagnosisPanel()
+    qtbot.addWidget(panel)
+    panel.set_report(report)
+    panel.set_target(TARGET)
+    assert "corrtrack fp32→fp16 p256 f16" in panel.header.text()
+    assert panel.projection is not None and panel.projection["precision"] == "fp32→fp16"
+    assert panel.projection["projected_ms"] < 0.8 * project(report, TARGET)["projected_ms"]  # not all at fp32
+    assert "fp32→fp16" in panel.whatif_summary.text()
