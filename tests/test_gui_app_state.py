@@ -99,3 +99,83 @@ def test_diagnosis_header_and_whatif_follow_each_batchs_precision(qtbot):
     assert panel.projection is not None and panel.projection["precision"] == "fp32→fp16"
     assert panel.projection["projected_ms"] < 0.8 * project(report, TARGET)["projected_ms"]  # not all at fp32
     assert "fp32→fp16" in panel.whatif_summary.text()
+
+
+# -- item 6: exports agree on what is current; a tracker without precision is not refused for it ------------
+@pytest.fixture
+def window(qtbot, tmp_path):
+    from PySide6.QtCore import QSettings
+
+    from engine.core.config import RunConfig
+    from gui.main_window import MainWindow
+    from gui.settings import Settings
+    from tests.helpers import moving_square_video
+
+    settings = Settings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
+    w = MainWindow(settings=settings, sampler=None, config=RunConfig(tracker="lk", device="cpu"))
+    qtbot.addWidget(w)
+    w.set_video(moving_square_video(NUM_FRAMES, 32), fps=10.0)
+    w.set_grid(2)
+    w.show()
+    yield w
+    w.close()
+
+
+def _run(qtbot, w, config=None) -> None:
+    from tests.test_gui_window import RUN_TIMEOUT_MS
+
+    if config is not None:
+        w.toggles.set_config(config)
+    with qtbot.waitSignal(w.run_finished, timeout=RUN_TIMEOUT_MS):
+        assert w.start_run(), w.banner.message
+    qtbot.waitUntil(lambda: not w.controller.running, timeout=5000)
+
+
+def test_after_new_queries_tracks_and_report_exports_write_the_same_run_and_say_so(qtbot, window, tmp_path,
+                                                                                   monkeypatch):
+    from engine.api import load_report
+    from engine.io.trackio import load_tracks
+
+    _run(qtbot, window)
+    ran = window.state.current.queries.copy()  # 2 x 2 grid
+    window.set_grid(3)  # Grid replaces the queries: the run shown is dropped
+    assert window.state.current is None and len(window.state.queries) == 9
+    out = {"tracks": tmp_path / "tracks.npz", "report": tmp_path / "report.json"}
+    monkeypatch.setattr(window.exports, "_save_path", lambda title, *a: str(out["tracks" if "tracks" in title
+                                                                            else "report"]))
+    window.exports.export_tracks_dialog()
+    assert out["tracks"].exists(), window.banner.message  # not "nothing to export"
+    assert "queries changed since" in window.banner.message and "4 points" in window.banner.message
+    window.banner.hide()
+    window.exports.export_report_dialog()
+    assert out["report"].exists() and "queries changed since" in window.banner.message
+    tracks = load_tracks(out["tracks"])
+    report_queries, _, _ = load_report(out["report"]).tracks_arrays()
+    np.testing.assert_allclose(tracks["queries"], ran)  # both files: the run that was made, the same one
+    np.testing.assert_allclose(report_queries, ran, atol=0.01)
+
+
+def test_lk_is_not_refused_for_a_precision_left_over_from_corrtrack(qtbot, window):
+    from engine.core.config import RunConfig
+
+    _run(qtbot, window, RunConfig(tracker="lk", device="cpu", precision="fp8"))  # CorrTrack's fp8 kept
+    entry = list(window.state.runs)[-1]
+    assert entry.status == "finished" and entry.precision == "n/a"
+    assert not (window.banner.isVisible() and window.banner.level == "error"), window.banner.message
+
+
+def test_a_refused_precision_suggests_only_modes_this_machine_runs():
+    from engine.core.config import RunConfig
+    from engine.core.precision import gate
+    from engine.io.trackio import grid_queries
+    from engine.run.session import Failed, Session
+    from tests.helpers import moving_square_video
+    from tests.test_gui_window import SlowTracker
+
+    frames = moving_square_video(NUM_FRAMES, 32)
+    for precision in ("fp8", "fp16"):  # no fp8 recipe in this tracker; fp16 is refused on the CPU
+        last = Session(frames, grid_queries(2, 32, 32), RunConfig(tracker=SlowTracker.name, device="cpu",
+                                                                   precision=precision)).run()
+        assert isinstance(last, Failed), precision
+        named = {m for m in ("fp32", "tf32", "fp16", "bf16", "int8", "fp8") if m in (last.suggestion or "")}
+        assert named and all(gate(m, "cpu").runnable for m in named), (precision, last.suggestion)
