@@ -72,6 +72,7 @@ from engine.analysis.facts import Finding
 from engine.analysis.roofline import Cost, StageRoofline
 from engine.analysis.whatif import project
 from engine.analysis.whatif import mode_label as whatif_mode_label
+from engine.analysis.whatif_by_batch import project_by_batch
 from engine.analysis.compare import compare_reports
 from engine.analysis.metrics import Divergence, divergence, tapvid_metrics
 from engine.analysis.tradeoff import (
@@ -176,7 +177,8 @@ __all__ = [
     "ms_value", "device_name", "divergence", "find_baseline", "gate", "grid_queries", "ground_truth_sidecar",
     "load_any", "load_bench", "load_ground_truth", "load_report", "load_reports", "load_tracker", "load_tracks",
     "APP_BUDGET_BYTES", "DecodeProgress", "FrameStore", "open_frames",
-    "open_video", "precision_gates", "project", "queries_sidecar", "read_queries_csv", "resolve_device",
+    "open_video", "precision_gates", "project", "project_by_batch", "queries_sidecar", "read_queries_csv",
+    "resolve_device",
     "resources_dir", "row_from_report", "run_accuracy", "run_title", "sample_video_path", "save", "save_tracks",
     "tunable_settings", "values_taken",
     "specs", "speedup_over", "tapvid_metrics", "track_arrays", "tradeoff_accuracy_axis", "write_video",

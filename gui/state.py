@@ -18,7 +18,7 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from engine.api import Analysis, DecodeProgress, FrameStore, Report, RunConfig, VideoGeometry, analyse
-from gui.history import FINISHED, HistoryEntry, RunHistory, video_name, why_not_comparable
+from gui.history import FINISHED, HistoryEntry, RunHistory, queries_match, video_name, why_not_comparable
 from gui.model import RunData
 
 GT_QUERY_TOLERANCE_PX = 0.5  # ground truth fits the queries when it passes through them
@@ -150,6 +150,26 @@ class AppState(QObject):
             self.queries_changed.emit()
         self.current_changed.emit()
 
+    def run_to_export(self) -> tuple[RunData | None, str]:
+        """The run File > Export writes (tracks, report, video): the current run, else the run of the current
+        report (kept when new queries replaced it); and, for that one, a line saying the queries changed
+        since ('' when they did not). Every export reads this, so they all agree on what is current."""
+        if self.current is not None:
+            return self.current, ""
+        entry = self.runs.get(self.selected)
+        same = entry is not None and (entry.report is self.report or (
+            entry.recorder is not None and entry.recorder is self.recorder))  # an export rebuilt its report
+        run = entry.run if entry is not None and same else None
+        if run is None and self.report is not None:
+            run = RunData.from_report(self.report)
+        if run is None:
+            return None, ""
+        name = entry.describe() if entry is not None and entry.run is run else "the last run"
+        if len(self.queries) and queries_match(run.queries, self.queries):
+            return run, ""
+        return run, (f"the queries changed since {name} ({run.num_points} points; {len(self.queries)} "
+                     "query points now): this is that run's, not a run of the queries now set")
+
     def update_tracks(self) -> None:
         """Say that the current run's arrays were written in place."""
         self.tracks_updated.emit()
@@ -212,11 +232,15 @@ class AppState(QObject):
         return True
 
     def set_ab(self, side: str, entry_id: int) -> bool:
-        """Pick an entry as A or B; with both picked they are compared (False and a message when they cannot)."""
-        self.ab[side] = entry_id
-        self.ab_changed.emit()
-        a, b = self.ab["A"], self.ab["B"]
-        return a is not None and b is not None and self.compare_entries(a, b)
+        """Pick an entry as A or B; with both picked they are compared (False and a message when they cannot).
+        A refused pick changes nothing: the other side and the comparison shown stay as they were."""
+        picked = {**self.ab, side: entry_id}
+        a, b = picked["A"], picked["B"]
+        if a is None or b is None:  # one side picked: nothing to compare yet
+            self.ab = picked
+            self.ab_changed.emit()
+            return False
+        return self.compare_entries(a, b)  # sets both sides only when they can be compared
 
     def compare_entries(self, a_id: int, b_id: int) -> bool:
         """Put two history entries side by side; False (and a plain message) when they cannot be compared."""

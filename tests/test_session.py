@@ -255,12 +255,16 @@ def test_nan_tracks_from_a_tracker_are_reported():
 
 
 def test_int8_on_a_tracker_without_a_recipe_is_refused_not_run_in_float():
-    """LK quantises nothing: an int8 run of it would be fp32 under an int8 label."""
+    """A tracker that uses precision but quantises nothing: an int8 run of it would be fp32 under an int8
+    label. (LK uses no precision at all: it is not refused for one, issue 20 item 6.)"""
     from engine.core.config import RunConfig
     from engine.run.session import Failed, Session
 
     frames = np.zeros((3, 32, 32, 3), np.uint8)
-    last = Session(frames, np.array([[0, 10, 10]], np.float32),
-                   RunConfig(tracker="lk", device="cpu", precision="int8")).run()
+    queries = np.array([[0, 10, 10]], np.float32)
+    last = Session(frames, queries, RunConfig(tracker=ConstantVelocityTracker.name, device="cpu", precision="int8"),
+                   tracker=ConstantVelocityTracker()).run()
     assert isinstance(last, Failed) and last.kind == "tracker"
     assert "no int8 recipe" in last.message
+    lk = Session(frames, queries, RunConfig(tracker="lk", device="cpu", precision="int8")).run()
+    assert isinstance(lk, Finished)

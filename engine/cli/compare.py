@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.analysis.compare import compare_reports, format_compare
-from engine.analysis.whatif import format_projection, project
+from engine.analysis.whatif import format_projection
+from engine.analysis.whatif_by_batch import project_by_batch
 from engine.core.atomic import atomic_open
 from engine.core.errors import ReportError, UserError
 from engine.core.outputs import check_output_path, write_error
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
         target_spec(args.what_if)  # an unknown GPU fails before any counting
         reports = [with_counted_work(r, device=args.count_device, log=_note) for r in reports]
-        results = [project(r, args.what_if) for r in reports]
+        results = [project_by_batch(r, args.what_if) for r in reports]  # each batch at its precision
         print("\n\n".join(format_projection(r) for r in results))
         payload: Any = results if len(results) > 1 else results[0]
     else:

@@ -30,6 +30,7 @@ from engine.core.errors import UserError
 
 AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 QUANT_MODES = ("int8", "fp8")
+FLOAT_MODES = tuple(m for m in PRECISIONS if m not in QUANT_MODES)  # fp32, tf32, fp16, bf16
 INT8_TENSOR_CC = (7, 5)
 FP8_CC = (8, 9)
 
@@ -125,11 +126,17 @@ def autocast_dtype(mode: str, device: torch.device, capability: tuple[int, int] 
     return AUTOCAST_DTYPES.get(mode)
 
 
+def runnable_modes(device: torch.device | str, modes: tuple[str, ...] = PRECISIONS) -> list[str]:
+    """The modes of ``modes`` that run on ``device`` (those the app's toggles leave enabled), in order."""
+    return [m for m in modes if gate(m, device).runnable]
+
+
 def check_runnable(mode: str, device: torch.device) -> Gate:
     g = gate(mode, device)
     if not g.runnable:
+        others = runnable_modes(device, ("int8", "bf16") if mode == "fp8" else ("fp32", "bf16"))
         raise UserError(f"precision {mode} cannot run on {device}: {g.reason}",
-                        "choose int8 or bf16" if mode == "fp8" else "choose fp32 or bf16")
+                        f"choose {' or '.join(others)}" if others else "choose another device")
     return g
 
 

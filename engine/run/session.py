@@ -28,10 +28,10 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from engine.core.config import ConfigChange, RunConfig
+from engine.core.config import DEFAULT_TUNABLE, ConfigChange, RunConfig
 from engine.core.devices import device_name, resolve_device
 from engine.core.errors import OutOfMemory, QueryError, TrackerError, UserError, VideoError
-from engine.core.precision import QUANT_MODES, gate, precision_context
+from engine.core.precision import FLOAT_MODES, QUANT_MODES, gate, precision_context, runnable_modes
 from engine.core.stages import StageTimer
 from engine.io.geometry import VideoGeometry
 from engine.run.device_memory import check_run_device_memory
@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 
 #: the device "auto" resolves to for a tracker that cannot run on the GPU
 FALLBACK_DEVICE = "cpu"
+#: the precision context of a tracker that has no precision to set (LK): none of the config's applies
+UNUSED_PRECISION_RUNS_AS = "fp32"
 #: config.device values that let the session pick a device the tracker supports
 AUTO_DEVICES = ("", "auto")
 
@@ -110,6 +112,7 @@ class _Run:
     prepared_key: tuple | None = None
     start: int = 0  # the next query to track
     index: int = 0  # the next batch's index
+    uses_precision: bool = True  # False: the tracker has no precision to set (LK), it runs as it always does
 
     @property
     def num_queries(self) -> int:
@@ -213,7 +216,9 @@ class Session:
         _check_queries(self.queries, num_frames, geometry)
         tracker = self._load_tracker(config.tracker)
         device, note = _device_for(tracker, device, config.device)
-        recipe = _quant_recipe(tracker, config.precision, device)
+        described = _guarded(tracker, "in describe()", tracker.describe)
+        uses_precision = _uses_precision(described)
+        recipe = _quant_recipe(tracker, config.precision, device) if uses_precision else {}
         n = len(self.queries)
         # before any work (the app's runs; the CLI checked once already, before decoding)
         check_host_memory(estimate_host_bytes(num_frames, geometry.frame_width, geometry.frame_height, n, tracker),
@@ -235,6 +240,7 @@ class Session:
             tracker=tracker,
             timer=StageTimer(device, enabled=self.timing),
             t_start=t_start,
+            uses_precision=uses_precision,
         )
         started = Started(
             t=time.perf_counter(),
@@ -246,8 +252,8 @@ class Session:
             stages=tuple(tracker.stages),
             device=str(device),
             device_name=device_name(device),
-            tracker={**_guarded(tracker, "in describe()", tracker.describe), **recipe},
-            precision_gate=gate(config.precision, device).reason,
+            tracker={**described, **recipe},
+            precision_gate=gate(config.precision, device).reason if uses_precision else "",
             device_note=note,
         )
         return run, started
@@ -271,8 +277,11 @@ class Session:
         config = run.config = self._take_config()
         tracker = run.tracker = self._load_tracker(config.tracker)
         device, _ = _device_for(tracker, resolve_device(config.device), config.device)
-        if (config.precision, config.tracker) != previous:  # a live toggle to int8/fp8 is checked the same way
-            _quant_recipe(tracker, config.precision, device)
+        if config.tracker != previous[1]:
+            run.uses_precision = _uses_precision(_guarded(tracker, "in describe()", tracker.describe))
+        if (config.precision, config.tracker) != previous and run.uses_precision:
+            _quant_recipe(tracker, config.precision, device)  # a live toggle to int8/fp8 is checked the same way
+        precision = config.precision if run.uses_precision else UNUSED_PRECISION_RUNS_AS
         if device != run.device or run.timer.device != device:
             run.device, run.timer = device, StageTimer(device, enabled=self.timing)
         key = (tracker.name, str(device), config.precision, config.frames_per_batch)
@@ -288,7 +297,7 @@ class Session:
 
         def call() -> tuple[PreparedVideo, TrackResult]:
             """prepare (when needed) and track; in the helper thread for a plugin, so the contexts are entered here."""
-            with torch.inference_mode(), precision_context(config.precision, device):
+            with torch.inference_mode(), precision_context(precision, device):
                 prepared = reuse
                 if prepared is None:
                     frames = run.frames
@@ -415,6 +424,12 @@ def _device_for(tracker: Tracker, device: torch.device, asked: str) -> tuple[tor
 
 
 
+def _uses_precision(described: Any) -> bool:
+    """Whether a tracker's description lists precision among the settings it uses (all of them when unsaid)."""
+    tunable = described.get("tunable", DEFAULT_TUNABLE) if isinstance(described, dict) else DEFAULT_TUNABLE
+    return "precision" in (tunable if isinstance(tunable, (list, tuple)) else DEFAULT_TUNABLE)
+
+
 def _quant_recipe(tracker: Tracker, precision: str, device: torch.device) -> dict[str, Any]:
     """The tracker's int8/fp8 recipe for the report; a tracker without one is refused, never run in float
     under a quantised label."""
@@ -425,8 +440,8 @@ def _quant_recipe(tracker: Tracker, precision: str, device: torch.device) -> dic
     if not recipe:
         raise TrackerError(f"tracker {tracker.name!r} has no {precision} recipe: it would run in float while "
                            f"labelled {precision}",
-                           "choose fp32, tf32, fp16 or bf16 for it, or a tracker that quantises (corrtrack, "
-                           "or a plugin nn.Module with Linear layers)")
+                           f"choose {' or '.join(runnable_modes(device, FLOAT_MODES))} for it, or a tracker "
+                           "that quantises (corrtrack, or a plugin nn.Module with Linear layers)")
     return recipe
 
 def _check_queries(queries: np.ndarray, num_frames: int, geometry: VideoGeometry) -> None:

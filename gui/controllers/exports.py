@@ -51,20 +51,32 @@ class ExportController(QObject):
         except OSError as exc:
             self.state.post_message(f"could not save: {exc}")
 
-    def export_tracks_dialog(self) -> None:
-        """Tracks as NPZ or CSV."""
-        if self.state.current is None:
+    def _run_to_export(self) -> RunData | None:
+        """The run every export writes (``AppState.run_to_export``); when the queries changed since it ran, the
+        window says so plainly before the file is chosen. None (and a message) when there is none."""
+        run, changed = self.state.run_to_export()
+        if run is None:
             self.state.post_message("nothing to export yet", "run the tracker first", "info")
+        elif changed:
+            self.state.post_message(changed, "run the tracker to export tracks of the queries now set", "info")
+        return run
+
+    def export_tracks_dialog(self) -> None:
+        """Tracks as NPZ or CSV (the run ``_run_to_export`` names)."""
+        run = self._run_to_export()
+        if run is None:
             return
         path = self._save_path("Export tracks", "tracks.npz", "Tracks NPZ (*.npz);;Tracks CSV (*.csv)")
         if path:
-            self._guard(export.export_tracks, path, self.state.current)
+            self._guard(export.export_tracks, path, run)
 
     def export_report_dialog(self) -> None:
-        """The run report as JSON, with its tracks."""
+        """The run report as JSON, with its tracks (of the same run as Export > Tracks)."""
         if self.state.report is None:
             self.state.post_message("no run report yet", "finish a run first", "info")
             return
+        if self.state.current is None:  # new queries replaced the run shown: say whose report this is
+            self._run_to_export()
         path = self._save_path("Export run report", "report.json", "Run report (*.json)")
         if path:
             self._guard(export.export_report, path, self.full_report())
@@ -84,8 +96,10 @@ class ExportController(QObject):
     def export_video_dialog(self) -> None:
         """The video with the tracks drawn on it, written in the background."""
         s = self.state
-        if s.current is None or s.frames is None:
-            s.post_message("nothing to export yet", "run the tracker first", "info")
+        run = self._run_to_export() if s.frames is not None else None
+        if run is None:
+            if s.frames is None:
+                s.post_message("nothing to export yet", "open a video and run the tracker first", "info")
             return
         path = self._save_path("Export overlaid video", "tracks.mp4", "MP4 video (*.mp4)")
         if not path:
@@ -95,7 +109,6 @@ class ExportController(QObject):
         except UserError as exc:
             s.post_message(exc.message, exc.suggestion)
             return
-        run = s.current
         snapshot = RunData(run.label, dict(run.config), run.queries.copy(), run.tracks.copy(), run.visible.copy(),
                            None, run.video_path)
         fps, trail = self._video_settings()

@@ -4,7 +4,8 @@ Findings come from the report's analysis, run on load (``engine.api.analyse``: t
 capture rules on a deep capture too); findings the report's writer recorded that today's rules no
 longer give follow, marked "recorded". Each is a tree row with a severity dot, its title, and children
 for the evidence numbers and the suggested change. The what-if projects the report's per-stage times
-onto a GPU from ``engine.specs.GPUS`` with ``engine.whatif.project`` and lists the assumptions it makes.
+onto a GPU from ``engine.specs.GPUS`` with ``engine.api.project_by_batch`` (each batch at the precision it
+ran with) and lists the assumptions it makes. The header names a run by what its batches ran with.
 
 A report without a cost model (a live run's, a ``track --report`` file) asks for one with
 ``count_requested``; the counting controller (``gui.controllers.cost``) counts it in a worker and hands
@@ -35,7 +36,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.api import Analysis, Report, UserError, analyse, project, specs, whatif_mode_label
+from engine.api import Analysis, Report, UserError, analyse, project_by_batch, specs, whatif_mode_label
+from gui.history import report_settings, sized_title
 from gui.widgets.tables import row_table
 from gui.widgets.text import esc, plain_label, plain_tip, rich_label
 
@@ -115,6 +117,15 @@ def _ms(value: float | None) -> str:
     if value is None:
         return "—"
     return f"{value:.3g}" if value < 1 else f"{value:.1f}" if value < 1e4 else f"{value:,.0f}"
+
+
+def header_title(report: Report) -> str:
+    """What the header calls a report: its label, unless a setting changed during the run; then its tracker
+    with every value each setting took ('corrtrack fp32→fp8 p16 f16'), as the Runs list names it."""
+    settings = report_settings(report)
+    if any(len(values) > 1 for values in settings.values()):
+        return sized_title(report.config.tracker, settings)
+    return report.label or f"{report.config.tracker} {report.precision}"
 
 
 class DiagnosisPanel(QWidget):
@@ -198,7 +209,7 @@ class DiagnosisPanel(QWidget):
         if report is None:
             self.header.setText(NO_REPORT)
         else:
-            label = report.label or f"{report.config.tracker} {report.precision}"
+            label = header_title(report)
             created = f" · recorded {report.created}" if report.created else ""
             self.header.setText(f"<b>{esc(label)}</b> on {esc(report.device_name)}{esc(created)}")
         self._fill_findings()
@@ -335,7 +346,7 @@ class DiagnosisPanel(QWidget):
             self._no_cost()
             return
         try:
-            result = project(self.report, self.gpu_combo.currentText())
+            result = project_by_batch(self.report, self.gpu_combo.currentText())  # each batch at its precision
         except UserError as exc:
             self._clear_whatif(str(exc))
             return

@@ -2,7 +2,8 @@
 Show (its report in the Diagnosis tab, its tracks on the video) and Set as A / Set as B (the A/B tab).
 
 It reads and changes the ``AppState``'s history only (``select``, ``set_ab``); the state refuses an A/B of
-two entries of different videos or queries with a plain message.
+two entries of different videos or queries with a plain message. Its rows are a model
+(``gui.panels.runs_model``) changed one row at a time, so a new run costs the list one row, not all of them.
 """
 
 from __future__ import annotations
@@ -10,24 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtWidgets import (
-    QHBoxLayout,
-    QMenu,
-    QPushButton,
-    QTableWidgetItem,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QHBoxLayout, QMenu, QPushButton, QVBoxLayout, QWidget
 
-from gui.history import VALUE_CHANGE, HistoryEntry
+from gui.panels.runs_model import RunsModel
 from gui.state import AB_SIDES, AppState
-from gui.widgets.tables import row_table
-from gui.widgets.text import plain_label, plain_tip
+from gui.widgets.tables import row_view
+from gui.widgets.text import plain_label
 
-COLUMNS = ("#", "A/B", "video", "tracker", "precision", "points/batch", "machine", "status", "time")
-COL = {name: i for i, name in enumerate(COLUMNS)}
-ID_ROLE = Qt.ItemDataRole.UserRole
-SELECTED_MARK = "▶ "
 PREFERRED_SIZE = (480, 170)  # px: a few rows in a bottom dock; the video keeps the height
 
 
@@ -39,12 +29,13 @@ class HistoryPanel(QWidget):
     def __init__(self, state: AppState, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
-        self.table = row_table(COLUMNS)
+        self.model = RunsModel(state, self)
+        self.table = row_view(self.model)
         self.table.horizontalHeader().setStretchLastSection(False)  # columns as wide as what they hold
         self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.table.customContextMenuRequested.connect(self._context_menu)
-        self.table.itemDoubleClicked.connect(lambda _: self.show_picked())
-        self.table.itemSelectionChanged.connect(self._update_buttons)
+        self.table.doubleClicked.connect(lambda _: self.show_picked())
+        self.table.selectionModel().selectionChanged.connect(self._update_buttons)
         self.show_button = QPushButton("Show")
         self.show_button.setToolTip("Show this run: its report in the Diagnosis tab, its tracks on the video")
         self.show_button.clicked.connect(self.show_picked)
@@ -64,34 +55,28 @@ class HistoryPanel(QWidget):
         layout.addWidget(self.empty_note)
         layout.addWidget(self.table, 1)
         layout.addLayout(buttons)
-        state.entry_added.connect(lambda _: self.refresh())
-        state.entries_dropped.connect(lambda _: self.refresh())
-        state.selection_changed.connect(self.refresh)
-        state.ab_changed.connect(self.refresh)
-        self.refresh()
+        self.model.rowsInserted.connect(self._rows_changed)
+        self.model.rowsRemoved.connect(self._rows_changed)
+        self._rows_changed()
 
     def sizeHint(self) -> QSize:  # noqa: N802 (Qt name)
         return QSize(*PREFERRED_SIZE)
 
     # -- reading ---------------------------------------------------------------------------------------
-    def _row_id(self, row: int) -> int:
-        item = self.table.item(row, 0)
-        return -1 if item is None else int(item.data(ID_ROLE))
-
     def entry_ids(self) -> list[int]:
         """The ids of the rows, top to bottom."""
-        return [self._row_id(r) for r in range(self.table.rowCount())]
+        return [self.model.entry_id(r) for r in range(self.model.rowCount())]
 
     def picked(self) -> int | None:
         """The id of the row the user picked in the list, or None."""
         rows = self.table.selectionModel().selectedRows()
-        return None if not rows else self._row_id(rows[0].row())
+        return None if not rows else self.model.entry_id(rows[0].row())
 
     def pick(self, entry_id: int) -> None:
         """Pick (highlight) the row of ``entry_id`` in the list."""
-        for r, i in enumerate(self.entry_ids()):
-            if i == entry_id:
-                self.table.selectRow(r)
+        row = self.model.row_of(entry_id)
+        if row is not None:
+            self.table.selectRow(row)
 
     # -- commands --------------------------------------------------------------------------------------
     def show_picked(self) -> None:
@@ -105,10 +90,10 @@ class HistoryPanel(QWidget):
             self.ab_requested.emit()
 
     def _context_menu(self, pos: Any) -> None:
-        item = self.table.itemAt(pos)
-        if item is None:
+        index = self.table.indexAt(pos)
+        if not index.isValid():
             return
-        self.table.selectRow(item.row())
+        self.table.selectRow(index.row())
         menu = QMenu(self)
         menu.addAction("Show", self.show_picked)
         for side in AB_SIDES:
@@ -117,30 +102,9 @@ class HistoryPanel(QWidget):
         menu.exec(self.table.viewport().mapToGlobal(pos))
 
     # -- drawing ---------------------------------------------------------------------------------------
-    def refresh(self) -> None:
-        picked = self.picked()
-        entries = list(self.state.runs)
-        self.table.setRowCount(len(entries))
-        for r, entry in enumerate(entries):
-            for c, (text, tip) in enumerate(self._cells(entry)):
-                item = QTableWidgetItem(text)
-                item.setData(ID_ROLE, entry.id)
-                if tip:
-                    item.setToolTip(plain_tip(tip))
-                self.table.setItem(r, c, item)
-        self.empty_note.setVisible(not entries)
-        if picked is not None:
-            self.pick(picked)
+    def _rows_changed(self) -> None:
+        self.empty_note.setVisible(self.model.rowCount() == 0)
         self._update_buttons()
-
-    def _cells(self, e: HistoryEntry) -> list[tuple[str, str]]:
-        sides = "".join(side for side in AB_SIDES if self.state.ab[side] == e.id)
-        mark = SELECTED_MARK if self.state.selected == e.id else ""
-        sizes = VALUE_CHANGE.join(str(p) for p in e.points_per_batch) or "—"
-        where = "run here" if e.source == "run" else f"opened from {e.source}"
-        return [(f"{mark}{e.id}", "▶: shown now" if mark else ""), (sides, ""), (e.video, ""),
-                (e.tracker, e.title), (e.precision, ""), (sizes, ""), (e.machine or "?", ""),
-                (e.status, where), (e.time_text, "")]
 
     def _update_buttons(self) -> None:
         has = self.picked() is not None
