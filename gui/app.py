@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from engine.api import UserError, sample_video_path
+from engine.api import PRECISIONS, UserError, sample_video_path
 from gui.platform_libs import platform_problem
 
 #: Qt platforms that draw without a display server (QT_QPA_PLATFORM=offscreen for screenshots and tests)
@@ -89,7 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--queries", help="queries CSV (t,x,y) to load with the video")
     parser.add_argument("--tracker", help="tracker to select (default: the last one used, else corrtrack)")
     parser.add_argument("--device", help="device to select: auto, cpu, cuda, cuda:N")
-    parser.add_argument("--precision", help="precision to select: fp32, tf32, fp16, bf16")
+    parser.add_argument("--precision", help=f"precision to select: {', '.join(PRECISIONS)}")
     parser.add_argument("--points-per-batch", type=int, help="query points per batch")
     parser.add_argument("--frames-per-batch", type=int, help="frames per batch")
     parser.add_argument("--run", action="store_true", help="start tracking as soon as the window opens")
