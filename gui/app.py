@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from engine.api import UserError, sample_video_path
+from engine.api import PRECISIONS, UserError, sample_video_path
 from gui.platform_libs import platform_problem
 
 #: Qt platforms that draw without a display server (QT_QPA_PLATFORM=offscreen for screenshots and tests)
@@ -56,19 +56,20 @@ def display_problem(env: Mapping[str, str] | None = None, platform: str = sys.pl
     return None
 
 
-def _config_from_args(args: argparse.Namespace):
+def _config_from_args(args: argparse.Namespace, settings):
     """The stored toggles with those given on the command line applied, and a note per value not usable here.
 
     Never refuses to start: a device this machine lacks (``--device cuda`` on a CPU-only torch, a saved
-    ``cuda:1``), an unknown precision or tracker, or a batch size out of range falls back, with a note.
+    ``cuda:1``), an unknown precision or tracker, or a batch size out of range falls back, with a note;
+    so does a settings file that cannot be read (``settings.notes``).
     """
-    from gui.settings import Settings, checked_config
+    from gui.settings import checked_config
 
-    base, notes = Settings().checked_config()
+    base, notes = settings.checked_config()
     given = {k: getattr(args, k) for k in ("tracker", "device", "precision", "points_per_batch",
                                            "frames_per_batch") if getattr(args, k, None) is not None}
     config, arg_notes = checked_config(given, base, "the command line")
-    return config, notes + arg_notes
+    return config, settings.notes + notes + arg_notes
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -88,7 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--queries", help="queries CSV (t,x,y) to load with the video")
     parser.add_argument("--tracker", help="tracker to select (default: the last one used, else corrtrack)")
     parser.add_argument("--device", help="device to select: auto, cpu, cuda, cuda:N")
-    parser.add_argument("--precision", help="precision to select: fp32, tf32, fp16, bf16")
+    parser.add_argument("--precision", help=f"precision to select: {', '.join(PRECISIONS)}")
     parser.add_argument("--points-per-batch", type=int, help="query points per batch")
     parser.add_argument("--frames-per-batch", type=int, help="frames per batch")
     parser.add_argument("--run", action="store_true", help="start tracking as soon as the window opens")
@@ -103,10 +104,12 @@ def run(args: argparse.Namespace) -> int:
     from PySide6.QtWidgets import QApplication
 
     from gui.main_window import MainWindow
+    from gui.settings import Settings
 
     if args.path is not None and not Path(args.path).exists():
         raise UserError(f"{args.path}: no such file or folder")
-    config, notes = _config_from_args(args)
+    settings = Settings()
+    config, notes = _config_from_args(args, settings)
     for note in notes:
         print(f"trackscope gui: warning: {note}", file=sys.stderr)
     if args.screenshot:
@@ -120,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setOrganizationName("trackscope")
     app.setApplicationName("trackscope")
-    window = MainWindow(config=config)
+    window = MainWindow(config=config, settings=settings)
     if notes:
         window.show_message("; ".join(notes), level="warning")
     path = args.path

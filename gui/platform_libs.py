@@ -110,7 +110,8 @@ def install_hint(missing: list[str]) -> str:
     unknown = [n for n in missing if n not in PACKAGES]
     parts = []
     if packages:
-        parts.append(f"on Debian/Ubuntu install them with: sudo apt-get install {' '.join(packages)}")
+        parts.append(f"on Debian/Ubuntu install them with: sudo apt-get install {' '.join(packages)} "
+                     "(after sudo apt-get update; as root, without sudo)")
     if unknown:
         parts.append(f"and the package(s) that provide {', '.join(unknown)}")
     return " ".join(parts)

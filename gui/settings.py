@@ -2,16 +2,21 @@
 
 Every value is read defensively: a settings file edited by hand, written by another version or copied
 from another machine (``cuda:1`` on a laptop) gives a working default and a note, never a failed start.
+A settings file that is not a regular file (a FIFO, a device, a socket: QSettings would block reading
+it at construction) is never opened: the app starts with settings kept in memory for this session only,
+and says so (``Settings.notes``).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QByteArray, QSettings
+from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
 
 from engine.api import (
     MAX_FRAMES_PER_BATCH,
@@ -107,11 +112,59 @@ def checked_config(data: Mapping[str, Any], default: RunConfig, source: str) -> 
     return RunConfig.from_dict(values), notes
 
 
-class Settings:
-    """Typed access to the app's QSettings; pass a QSettings to use another store (tests)."""
+def settings_files() -> list[Path]:
+    """The files QSettings(ORGANIZATION, APPLICATION) reads on Linux: per user, then system-wide, each
+    application file and organisation file (Qt's native format is an .conf INI file under the XDG folders)."""
+    folders = QStandardPaths.standardLocations(QStandardPaths.StandardLocation.GenericConfigLocation)
+    return [Path(folder) / name for folder in folders
+            for name in (f"{ORGANIZATION}/{APPLICATION}.conf", f"{ORGANIZATION}.conf")]
 
-    def __init__(self, store: QSettings | None = None):
-        self.store = store or QSettings(ORGANIZATION, APPLICATION)
+
+def unreadable_settings_file() -> Path | None:
+    """A settings file that exists and is not a regular file (checked with stat, which never blocks)."""
+    for path in settings_files():
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            continue  # missing (the usual case) or unreachable: QSettings treats it as empty
+        if not stat.S_ISREG(mode):
+            return path
+    return None
+
+
+class MemoryStore:
+    """A stand-in for QSettings kept in memory: value / setValue / sync, nothing written."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, Any] = {}
+
+    def value(self, key: str, default: Any = None) -> Any:
+        return self._values.get(key, default)
+
+    def setValue(self, key: str, value: Any) -> None:  # noqa: N802  (QSettings' name)
+        self._values[key] = value
+
+    def sync(self) -> None:
+        pass
+
+
+class Settings:
+    """Typed access to the app's QSettings; pass a QSettings to use another store (tests).
+
+    notes: why the saved settings are not used (a settings file that is not a regular file), or empty.
+    """
+
+    def __init__(self, store: QSettings | MemoryStore | None = None):
+        self.notes: list[str] = []
+        if store is None:
+            odd = unreadable_settings_file()
+            if odd is not None:
+                self.notes.append(f"the settings file {odd} is not a regular file, so it was not read; "
+                                  "settings are kept for this session only (remove or replace that file)")
+                store = MemoryStore()
+            else:
+                store = QSettings(ORGANIZATION, APPLICATION)
+        self.store = store
 
     # -- recent files -------------------------------------------------------------------------------
     def recent_files(self) -> list[str]:

@@ -85,3 +85,14 @@ def test_display_problem_rules():
     assert display_problem({"QT_QPA_PLATFORM": "wayland"}, "linux") is not None
     assert display_problem({"DISPLAY": "remotehost:10.0"}, "linux") is None  # remote: Qt decides
     assert display_problem({}, "darwin") is None and display_problem({}, "win32") is None
+
+
+def test_gui_help_lists_every_precision():
+    """Before: the help named fp32, tf32, fp16, bf16, four of the six."""
+    from engine.api import PRECISIONS
+    from engine.cli.entry import build_parser
+
+    parser = build_parser(only="gui")
+    gui = next(a for a in parser._subparsers._group_actions[0].choices.items() if a[0] == "gui")[1]
+    option = next(a for a in gui._actions if "--precision" in a.option_strings)
+    assert option.help == f"precision to select: {', '.join(PRECISIONS)}" and len(PRECISIONS) == 6

@@ -104,12 +104,31 @@ def test_command_line_device_this_machine_lacks_falls_back_with_a_note(monkeypat
     """`--device cuda` on a CPU-only torch, `--precision fp64`: the app starts, saying what it did instead."""
     import gui.app
 
-    monkeypatch.setattr("gui.settings.Settings.__init__",
-                        lambda self, store=None: setattr(self, "store", QSettings(str(tmp_path / "s.ini"),
-                                                                                  QSettings.Format.IniFormat)))
+    settings = Settings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
     config, notes = gui.app._config_from_args(_args(device="cuda", precision="fp64", points_per_batch=0,
-                                                    tracker="lk"))
+                                                    tracker="lk"), settings)
     assert config.device == "auto" and config.precision == "fp32" and config.points_per_batch == 256
     assert config.tracker == "lk"
     assert len(notes) == 3 and all(n.startswith("the command line:") for n in notes)
     assert any("'cuda'" in n and "using auto" in n for n in notes)
+
+
+def test_a_settings_file_that_is_a_fifo_is_not_opened(tmp_path):
+    """Before: QSettings opened the FIFO and start-up blocked forever (here: the subprocess timed out)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    folder = tmp_path / "trackscope"
+    folder.mkdir()
+    os.mkfifo(folder / "trackscope.conf")
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path), "QT_QPA_PLATFORM": "offscreen"}
+    code = ("from gui.settings import Settings; s = Settings(); s.set_value('k', 1); "
+            "print(s.value('k'), *s.notes, sep='|')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    value, note = out.stdout.strip().split("|")
+    assert value == "1"  # kept for the session
+    assert note.startswith(f"the settings file {folder / 'trackscope.conf'} is not a regular file")

@@ -217,3 +217,21 @@ def test_video_read_out_of_host_memory_is_a_video_error(corpus, monkeypatch):
         monkeypatch.setattr(video.np, "empty", refuse)
         with pytest.raises(VideoError, match=r"not enough host memory for 46 frames of 64x48"):
             reader.read()
+
+
+def test_sample_too_large_to_render_is_refused_before_allocating(capsys, tmp_path):
+    """Before: 10000 frames of 4096x4096 tried to allocate 671 GB and ended in a traceback."""
+    code, line = _run(capsys, ["sample", str(tmp_path / "set"), "--count", "1", "--frames", "10000",
+                               "--size", "4096"])
+    assert code == 2 and line.startswith("trackscope sample: error: 10000 frames of 4096x4096 need about "), line
+    assert "of host memory to render, over the limit of" in line
+    assert not (tmp_path / "set").exists()
+
+
+def test_render_memory_check_against_a_stated_amount():
+    from engine.cli.sample import RENDER_BYTES_PER_PIXEL_FRAME, check_render_memory
+
+    need = 100 * 512 * 512 * RENDER_BYTES_PER_PIXEL_FRAME
+    check_render_memory(100, 512, available=2 * need)  # fits
+    with pytest.raises(UserError, match=r"at most (\d+) at this size"):
+        check_render_memory(100, 512, available=need)  # 85 % of it does not

@@ -225,3 +225,33 @@ def test_train_out_that_is_a_file_is_refused_before_training(tmp_path, capsys, m
     (tmp_path / "ckpt").write_text("a file")
     assert main(["train", "--out", str(tmp_path / "ckpt"), "--steps", "1"]) == 2
     assert "exists and is not a folder" in _one_line(capsys.readouterr().err)
+
+
+def test_two_benches_writing_one_out_the_second_is_refused(video, tmp_path, capsys, monkeypatch):
+    """Before: both exited 0 and bench.json listed the sweep of whichever finished last."""
+    from engine.core.outputs import exclusive_folder
+
+    out = tmp_path / "bench"
+    second: list[int] = []
+    sweep = bench_cli.Bench.sweep
+
+    def sweep_then_start_another(self, *args, **kwargs):
+        second.append(main(_bench(video, "--points-per-batch", "3", "--out", str(out))))  # while the first runs
+        return sweep(self, *args, **kwargs)
+
+    monkeypatch.setattr(bench_cli.Bench, "sweep", sweep_then_start_another)
+    assert main(_bench(video, "--points-per-batch", "1,2", "--out", str(out))) == 0
+    assert second == [2]
+    err = capsys.readouterr().err
+    assert f"trackscope bench: error: --out {out}: another trackscope command is writing into this folder" in err
+    assert len(load_bench(out / "bench.json").reports) == 2  # the first bench's sweep, whole
+    with exclusive_folder(out, "--out"):  # released at the end of the first
+        pass
+
+
+def test_an_output_folder_made_for_a_bench_that_failed_is_removed(tmp_path):
+    from engine.core.outputs import exclusive_folder
+
+    with pytest.raises(RuntimeError), exclusive_folder(tmp_path / "new" / "bench", "--out"):
+        raise RuntimeError("the work failed")
+    assert not (tmp_path / "new" / "bench").exists()

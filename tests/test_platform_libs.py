@@ -91,3 +91,8 @@ def test_the_app_stops_with_the_message_before_qt(tmp_path):
     assert out.returncode == 2, out.stderr[-2000:]
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "sudo apt-get install" in lines[0] and "libxcb-cursor.so.0" in lines[0]
+
+
+def test_the_install_line_says_update_first_and_works_as_root():
+    problem = platform_problem(X11, "linux", ldd=lambda p: LDD_BARE, plugin=PLUGIN)
+    assert problem is not None and "after sudo apt-get update; as root, without sudo" in problem

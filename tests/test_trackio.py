@@ -198,3 +198,18 @@ def test_tracks_file_mode_follows_the_umask(tmp_path):
 def test_tracks_write_error_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="cannot write the tracks file"):
         save_tracks(tmp_path / "missing" / "t.npz", *_tracks())
+
+
+@pytest.mark.parametrize("field", ["1_0", "１０", "٣", "0x10", "1e", "--1"])
+def test_queries_numbers_are_plain_ascii(tmp_path, field):
+    """float() reads '1_0' and full-width digits as 10: a queries file must hold plain ASCII numbers."""
+    p = tmp_path / "q.csv"
+    p.write_text(f"t,x,y\n0,{field},2\n", encoding="utf-8")
+    with pytest.raises(QueryError, match="line 2: not a number"):
+        read_queries_csv(p)
+
+
+def test_queries_numbers_in_every_plain_form_are_read(tmp_path):
+    p = tmp_path / "q.csv"
+    p.write_text("t,x,y\n0, 1.5 ,+2\n1,.5,3.\n2,1e1,-2.5E-1\n")
+    assert read_queries_csv(p).tolist() == [[0, 1.5, 2], [1, 0.5, 3], [2, 10, -0.25]]

@@ -9,6 +9,7 @@ from pathlib import Path
 from engine.cli.common import add_tracker_arguments, check_output_folder, check_output_path
 from engine.core.config import RunConfig
 from engine.core.errors import UserError
+from engine.core.outputs import exclusive_folder
 from engine.run.device_memory import ELEMENT_BYTES, check_run_device_memory
 from engine.workflows.bench import (
     BENCH_FILE,
@@ -60,6 +61,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The sweep; with --out, the folder is held for this bench alone until it ends (a second gets exit 2)."""
+    if args.out is None:
+        return _bench(args)
+    check_output_folder(args.out, "--out")  # a file given as the folder, a read-only place: before holding it
+    with exclusive_folder(args.out, "--out"):
+        return _bench(args)
+
+
+def _bench(args: argparse.Namespace) -> int:
     precisions = _precision_list(args.precisions)
     points = _int_list(args.points_per_batch, "--points-per-batch")
     frames = _int_list(args.frames_per_batch, "--frames-per-batch")

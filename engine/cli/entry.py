@@ -2,7 +2,10 @@
 
 Exit codes: 0 success, 2 bad usage or bad input (one-line reason on stderr), 1 internal error, 130 Ctrl-C.
 The host running out of memory (MemoryError) and a write the disk refuses (full, read-only, a size
-limit) are exit 2 with one line, never a traceback.
+limit) are exit 2 with one line, never a traceback. Standard output closed under the command (a plugin
+that closes ``sys.stdout`` or file descriptor 1) is exit 2 with one line on stderr saying the output was
+lost; a reader that leaves a pipe early (``trackscope ... | head``) is exit 0, quietly.
+``-v`` (INFO) and ``-vv`` (DEBUG) before the verb show the engine's log on stderr; without it, warnings.
 Subcommands owned by other modules expose ``add_arguments(parser)`` and ``run(args) -> int``.
 Verbs owned outside the engine (the app's ``gui``) are found through the ``trackscope.commands``
 entry point group (pyproject.toml), so the engine names no app module.
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import io
 import logging
 import os
 import sys
@@ -141,13 +145,41 @@ def _run(args: argparse.Namespace) -> int:
         print(f"trackscope {args.command}: error: the host ran out of memory ({MEMORY_HINT})", file=sys.stderr)
         return 2
     except OSError as exc:
+        if stdout_lost():
+            return _stdout_lost_error(args.command)
         if not is_write_error(exc):
             return _internal()
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"trackscope {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
     except Exception:
+        if stdout_lost():
+            return _stdout_lost_error(args.command)
         return _internal()
+
+
+def stdout_lost() -> bool:
+    """Whether standard output can no longer be written: ``sys.stdout`` closed or gone, or fd 1 closed."""
+    out = sys.stdout
+    if out is None or out.closed:
+        return True
+    try:
+        os.fstat(out.fileno())
+    except io.UnsupportedOperation:  # an in-memory stream (a caller's capture): it is open
+        return False
+    except (OSError, ValueError):
+        return True
+    return False
+
+
+def _stdout_lost_error(command: str) -> int:
+    """Standard output was closed under the command: say so on stderr (when it is still there); exit 2."""
+    try:
+        print(f"trackscope {command}: error: standard output was closed while the command ran (by a plugin?), "
+              "so its output is lost", file=sys.stderr)
+    except (OSError, ValueError):
+        pass
+    return 2
 
 
 def _internal() -> int:

@@ -1,4 +1,8 @@
-"""`trackscope sample OUTDIR`: write synthetic videos with exact ground truth (an evaluation set)."""
+"""`trackscope sample OUTDIR`: write synthetic videos with exact ground truth (an evaluation set).
+
+The renderer holds a video's float32 working arrays in host memory at once; a size that cannot fit is
+refused before anything is allocated, with the bytes it would need and the limit.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,14 @@ from pathlib import Path
 
 from engine.cli.common import check_output_folder
 from engine.core.errors import UserError
+from engine.core.units import format_bytes
+from engine.run.memory import HOST_MEMORY_FRACTION, available_host_bytes
 
 MAX_SIZE = 4096
 MAX_FRAMES = 10000
+#: host bytes the renderer needs per pixel of each frame (float32 texel grids, colour, alpha, the frame):
+#: 88 measured at 48 frames of 512x512 on the CPU, rounded up
+RENDER_BYTES_PER_PIXEL_FRAME = 96
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--size must be even (mp4 codecs need even frame sizes), got {args.size}")
     if args.outdir.exists() and not args.outdir.is_dir():
         raise UserError(f"{args.outdir}: exists and is not a folder")
+    check_render_memory(args.frames, args.size)
     check_output_folder(args.outdir, "OUTDIR")  # before any work: a missing parent or a read-only place
     cfg = SynthConfig(num_frames=args.frames, height=args.size, width=args.size, num_points=args.points,
                       query_first_frame_only=args.first_frame_queries)
@@ -45,3 +55,19 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{args.outdir}: cannot write the evaluation set: {exc}") from exc
     print(f"wrote {len(paths)} video(s) with ground truth to {args.outdir}")
     return 0
+
+
+def check_render_memory(frames: int, size: int, available: int | None = None) -> None:
+    """UserError when rendering one video of ``frames`` frames of size x size would not fit in host memory."""
+    need = frames * size * size * RENDER_BYTES_PER_PIXEL_FRAME
+    if available is None:
+        available = available_host_bytes()
+    if available is None:  # the OS cannot say: the renderer will find out
+        return
+    limit = int(available * HOST_MEMORY_FRACTION)
+    if need > limit:
+        fit = max(0, limit // (size * size * RENDER_BYTES_PER_PIXEL_FRAME))
+        raise UserError(f"{frames} frames of {size}x{size} need about {format_bytes(need)} of host memory to "
+                        f"render, over the limit of {format_bytes(limit)} ({HOST_MEMORY_FRACTION:.0%} of the "
+                        f"{format_bytes(available)} available)",
+                        f"use fewer frames (at most {fit} at this size) or a smaller --size")

@@ -2,16 +2,30 @@
 
 A ``UserError`` carries a one-line message naming the input and the problem, and optionally a
 suggested fix. The CLI prints it and exits 2; the GUI shows it in the window. Anything else that
-escapes is an internal error (exit 1).
+escapes is an internal error (exit 1). A message (and a suggestion) longer than ``MAX_MESSAGE_CHARS``
+is cut there and says how much was cut: a plugin's exception text is quoted in these messages, and a
+20 MiB one must not reach stderr or a report whole.
 """
 
 from __future__ import annotations
+
+#: longest message or suggestion a UserError keeps, characters; the rest is cut and counted
+MAX_MESSAGE_CHARS = 2000
+
+
+def capped(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` when it fits in ``limit`` characters, else its start and how many characters were cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [{len(text) - limit} more characters cut]"
 
 
 class UserError(Exception):
     """Bad input or an environment problem the user can fix."""
 
     def __init__(self, message: str, suggestion: str | None = None):
+        message = capped(str(message))
+        suggestion = capped(str(suggestion)) if suggestion is not None else None
         super().__init__(message)
         self.message = message
         self.suggestion = suggestion

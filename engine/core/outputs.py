@@ -4,16 +4,19 @@ Every CLI verb with an output (``--out``, ``--report``, ``--json``, ...) calls `
 ``check_output_folder`` before it decodes or runs anything, so a directory given as ``--out``, ``/dev/full``,
 a missing or read-only folder is exit 2 with the reason, not a traceback after minutes of work. The app's
 exports use the same checks before they start. ``write_error`` words an OSError raised during a write
-(a full disk, a file size limit, a quota) the same way.
+(a full disk, a file size limit, a quota) the same way. ``exclusive_folder`` holds an output folder for
+one command at a time (an advisory ``flock`` on the folder itself, released when the command ends, even
+by a crash), so two benches given one ``--out`` cannot interleave their files.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from engine.core.errors import UserError
@@ -102,3 +105,36 @@ def write_error(path: str | Path, what: str, exc: OSError) -> UserError:
     hint = "free some space or choose another folder" if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) \
         else None
     return UserError(f"{path}: cannot write the {what}: {reason}; the previous file (if any) is unchanged", hint)
+
+
+@contextlib.contextmanager
+def exclusive_folder(folder: str | Path, flag: str) -> Iterator[Path]:
+    """Hold ``folder`` (made when missing) for this command alone while the block runs; UserError when another
+    command holds it. A folder made here and still empty at the end is removed again. Without ``fcntl``
+    (Windows) the folder is made but not held."""
+    folder = Path(folder).expanduser()
+    made = not folder.exists()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError as exc:
+        raise UserError(f"{flag} {folder}: cannot make or open the folder: {exc.strerror or exc}") from None
+    try:
+        try:
+            import fcntl
+        except ImportError:
+            fcntl = None  # type: ignore[assignment]
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise
+                raise UserError(f"{flag} {folder}: another trackscope command is writing into this folder",
+                                "wait for it to finish, or choose another folder") from None
+        yield folder
+    finally:
+        os.close(fd)  # releases the lock
+        if made:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when still empty

@@ -13,6 +13,7 @@ import csv
 import io
 import math
 import os
+import re
 import stat
 import zipfile
 from pathlib import Path
@@ -30,6 +31,10 @@ MAX_GRID = math.isqrt(MAX_QUERIES)
 MAX_QUERIES_FILE_BYTES = 64 * 1024 * 1024
 #: longest field of a queries CSV, characters (csv's own default limit, said plainly)
 MAX_CSV_FIELD_CHARS = 128 * 1024
+#: a number in a queries CSV: ASCII digits only, as C and NumPy write them (float() alone also takes ``1_0`` and
+#: full-width or Arabic-Indic digits, reading them as 10); nan and inf are read, then refused as not finite
+CSV_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:nan|inf|infinity)",
+                        re.ASCII | re.IGNORECASE)
 #: largest array an NPZ member may declare, bytes (checked from its header before it is read)
 MAX_NPZ_ARRAY_BYTES = 4 * 1024**3
 #: most members an NPZ may hold
@@ -104,10 +109,11 @@ def read_queries_csv(path: str | Path) -> np.ndarray:
     for lineno, row in enumerate(rows[1:], start=2):
         if len(row) < 3:
             raise QueryError(f"{path}: line {lineno} has {len(row)} values, expected 3 (t,x,y)")
-        try:
-            t, x, y = (float(c) for c in row[:3])
-        except ValueError as exc:
-            raise QueryError(f"{path}: line {lineno}: not a number: {','.join(row)[:80]!r}") from exc
+        fields = [c.strip() for c in row[:3]]
+        if not all(CSV_NUMBER.fullmatch(c) for c in fields):
+            raise QueryError(f"{path}: line {lineno}: not a number: {','.join(row)[:80]!r}",
+                             "write plain ASCII numbers such as 12 or 3.5 (no underscores or other digits)")
+        t, x, y = (float(c) for c in fields)
         if not np.isfinite([t, x, y]).all():
             raise QueryError(f"{path}: line {lineno}: NaN or infinite value")
         out.append((t, x, y))

@@ -30,7 +30,7 @@ import torch
 
 from engine.core.config import DEFAULT_TUNABLE, ConfigChange, RunConfig
 from engine.core.devices import device_name, resolve_device
-from engine.core.errors import OutOfMemory, QueryError, TrackerError, UserError, VideoError
+from engine.core.errors import OutOfMemory, QueryError, TrackerError, UserError, VideoError, capped
 from engine.core.precision import FLOAT_MODES, QUANT_MODES, gate, precision_context, runnable_modes
 from engine.core.stages import StageTimer
 from engine.io.geometry import VideoGeometry
@@ -52,6 +52,10 @@ FALLBACK_DEVICE = "cpu"
 UNUSED_PRECISION_RUNS_AS = "fp32"
 #: config.device values that let the session pick a device the tracker supports
 AUTO_DEVICES = ("", "auto")
+#: how far outside the frame a track may lie, in frame sizes on each side (an occluded point may leave it)
+TRACK_BOUND_FRAME_SIZES = 10
+#: longest traceback a failed run keeps (its details), characters
+MAX_DETAILS_CHARS = 20_000
 
 
 @dataclass
@@ -326,6 +330,12 @@ class Session:
                 f"tracker {tracker.name!r} failed on points {start}-{stop - 1}: {type(exc).__name__}: {exc}",
                 "check the tracker's code, or choose another tracker",
             ) from exc
+        if not isinstance(result, TrackResult):  # a plugin Tracker's track() returning anything else
+            raise TrackerError(
+                f"tracker {tracker.name!r}: track() returned a {type(result).__name__}, not a TrackResult "
+                f"(points {start}-{stop - 1})",
+                "return TrackResult(tracks [N, T, 2], visible [N, T]) from the tracker's track()",
+            )
         did_prepare = prepared is not reuse
         run.prepared, run.prepared_key = prepared, key
         stage_ms = run.timer.collect()
@@ -336,6 +346,7 @@ class Session:
                 f"tracker {tracker.name!r} returned tracks of shape {result.tracks.shape}, expected {expected}"
             )
         _check_finite(tracker.name, start, stop, result.tracks)
+        _check_within_bound(tracker.name, start, stop, result.tracks, run.geometry)
         batch_tracks = run.geometry.to_source(result.tracks)
         run.tracks[start:stop] = batch_tracks
         run.visible[start:stop] = result.visible
@@ -374,12 +385,12 @@ class Session:
         """The error as an event, with what was tracked before it."""
         tracks = run.tracks if run is not None else None
         visible = run.visible if run is not None else None
-        details = traceback.format_exc()
+        details = capped(traceback.format_exc(), MAX_DETAILS_CHARS)  # a plugin's message may be megabytes
         if isinstance(exc, UserError):
             kind = "oom" if isinstance(exc, OutOfMemory) else "tracker" if isinstance(exc, TrackerError) else "input"
             return Failed(time.perf_counter(), exc.message, exc.suggestion, kind, tracks, visible, details=details)
         log.error("internal error in a session: %s: %s", type(exc).__name__, exc)
-        return Failed(time.perf_counter(), f"internal error: {type(exc).__name__}: {exc}", None, "internal",
+        return Failed(time.perf_counter(), capped(f"internal error: {type(exc).__name__}: {exc}"), None, "internal",
                       tracks, visible, details=details)
 
     def _forget_tracker(self, name: str) -> None:
@@ -462,6 +473,28 @@ def _check_queries(queries: np.ndarray, num_frames: int, geometry: VideoGeometry
         x, y = queries[i, 1], queries[i, 2]
         width, height = geometry.source_size
         raise QueryError(f"query {i} at ({x:g}, {y:g}) lies outside the {width}x{height} frame")
+
+
+def _check_within_bound(name: str, start: int, stop: int, tracks: np.ndarray, geometry: VideoGeometry) -> None:
+    """TrackerError when a batch's track lies further than TRACK_BOUND_FRAME_SIZES frame sizes outside the frame.
+
+    A tracker may place an occluded point somewhat outside the frame; 1e38 is a bug, and it would overflow
+    every later sum (errors, scaling to source pixels, a chart's range).
+    """
+    if tracks.size == 0:
+        return
+    size = np.array([geometry.frame_width, geometry.frame_height], dtype=np.float64)
+    low, high = -TRACK_BOUND_FRAME_SIZES * size, (1 + TRACK_BOUND_FRAME_SIZES) * size
+    xy = np.asarray(tracks, dtype=np.float64).reshape(-1, 2)
+    outside = int(np.count_nonzero(((xy < low) | (xy > high)).any(axis=1)))
+    if outside:
+        worst = float(np.abs(xy).max())
+        raise TrackerError(
+            f"tracker {name!r} returned {outside} track position(s) more than {TRACK_BOUND_FRAME_SIZES} frame "
+            f"sizes outside the {geometry.frame_width}x{geometry.frame_height} frame (largest |coordinate| "
+            f"{worst:.3g}) for points {start}-{stop - 1}",
+            "check the tracker's code (tracks are x, y in frame pixels), or choose another tracker",
+        )
 
 
 def _check_finite(name: str, start: int, stop: int, tracks: np.ndarray) -> None:

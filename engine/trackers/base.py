@@ -58,19 +58,39 @@ def track_arrays(tracks: Any, visible: Any) -> tuple[np.ndarray, np.ndarray]:
     return tracks, visible
 
 
+def check_result_types(tracks: Any, visible: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A tracker's raw outputs as arrays; ValueError when their element types cannot be tracks and visibility.
+
+    Tracks must be real floating point (sub-pixel positions): an integer array is refused, because whole
+    pixels from a tracker are almost always indices or a lost cast, and complex values would lose their
+    imaginary part silently. Visibility is bool, or real numbers (integer or floating, non-zero = visible)
+    without NaN; complex and object arrays are refused.
+    """
+    tracks, visible = np.asarray(tracks), np.asarray(visible)
+    if tracks.dtype.kind != "f":
+        hint = "; cast them with .float()" if tracks.dtype.kind in "iub" else ""
+        raise ValueError(f"tracks must be real floating point (float16/32/64), got {tracks.dtype}{hint}")
+    if visible.dtype.kind not in "biuf":
+        raise ValueError(f"visible must be bool or real numbers, got {visible.dtype}")
+    if visible.dtype.kind == "f" and np.isnan(visible).any():
+        raise ValueError(f"visible holds {int(np.count_nonzero(np.isnan(visible)))} NaN value(s)")
+    return tracks, visible
+
+
 @dataclass
 class TrackResult:
     """Tracks for one batch of queries.
 
     tracks:  float32 [N, T, 2] (x, y) in frame pixels (of the frames given to prepare), for every frame.
     visible: bool [N, T].
+    Given as any real floating tracks and bool or real visibility (``check_result_types``); stored as above.
     """
 
     tracks: np.ndarray
     visible: np.ndarray
 
     def __post_init__(self) -> None:
-        self.tracks, self.visible = track_arrays(self.tracks, self.visible)
+        self.tracks, self.visible = track_arrays(*check_result_types(self.tracks, self.visible))
 
 
 class Tracker(ABC):

@@ -36,7 +36,7 @@ import torch
 from engine.core.errors import TrackerError, UserError
 from engine.core.precision import QUANT_MODES
 from engine.core.stages import StageTimer
-from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult
+from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult, check_result_types
 from engine.trackers.guard import call_plugin
 from engine.trackers.quant import QuantReport, quantize_module, recipe_for
 
@@ -255,6 +255,7 @@ class PluginTracker(Tracker):
         with ctx.timer.stage(DOWNLOAD_STAGE):
             tracks = _to_numpy(out[0])  # TrackResult makes it float32 [N, T, 2]
             visible = _to_numpy(out[1])
+        tracks, visible = check_result_types(tracks, visible)  # before the threshold hides a NaN or a complex
         if visible.dtype != bool:
             visible = visible.astype(np.float32) > VISIBLE_THRESHOLD
         return TrackResult(tracks, visible)
