@@ -25,7 +25,7 @@ import numpy as np
 
 from engine.capture.attribution import FORWARD_BODY, OUTSIDE_STAGES, STAGE_BODY, forward_body, innermost
 from engine.capture.kernels import classify
-from engine.capture.trace import Trace, load_chrome_trace, parse_chrome_trace
+from engine.capture.trace import MAX_TRACE_BYTES, MAX_TRACE_EVENTS, Trace, read_trace
 
 MAX_ITEMS = 200_000
 CPU_DEPTHS = 3  # CPU op lanes per thread; deeper ops are drawn in the last one
@@ -87,6 +87,8 @@ class TimelineData:
     window_ms: float = 0.0
     dropped: int = 0
     max_items: int = MAX_ITEMS
+    events_left_out: int = 0  # events of the file past the read cap (load_timeline), never parsed into lanes
+    max_events: int = MAX_TRACE_EVENTS
 
     @property
     def items(self) -> int:
@@ -174,9 +176,16 @@ class TimelineData:
         return _Builder(trace).build(max_items)
 
 
-def load_timeline(path: str | Path, max_items: int = MAX_ITEMS) -> TimelineData:
-    """Read a Chrome trace file (gzipped or not) and build its timeline."""
-    return TimelineData.from_trace(parse_chrome_trace(load_chrome_trace(path)), max_items)
+def load_timeline(path: str | Path, max_items: int = MAX_ITEMS, *, max_bytes: int = MAX_TRACE_BYTES,
+                  max_events: int = MAX_TRACE_EVENTS) -> TimelineData:
+    """Read a Chrome trace file (gzipped or not) and build its timeline, bounded (``engine.capture.trace.read_trace``:
+    a file past ``max_bytes`` of JSON is refused with a TraceError; past ``max_events`` the rest are left out and
+    ``events_left_out`` says how many)."""
+    trace = read_trace(path, max_bytes=max_bytes, max_events=max_events)
+    data = TimelineData.from_trace(trace, max_items)
+    data.events_left_out = int(trace.meta.get("events_left_out", 0))
+    data.max_events = max_events
+    return data
 
 
 # -- building -------------------------------------------------------------------------------------------

@@ -26,9 +26,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from engine.core.errors import UserError
+
 STAGE_PREFIX = "trackscope.stage:"
 MODULE_PREFIX = "trackscope.module:"
 RUN_RANGE = "trackscope.run"
+#: in an exported trace, the thread a range moved onto its own track ran on (``args``; see engine.capture.export)
+SOURCE_TID_ARG = "trackscope.tid"
+#: the most JSON a trace file may hold (inflated, when gzipped): past it the file is refused unread (a 1 MB gzip
+#: can inflate to 1 GiB); 128 MiB is about 600k profiler events, ten times the largest capture recorded here
+MAX_TRACE_BYTES = 128 * 2**20
+#: the most events a trace file is read into; past it the rest are counted, not kept
+MAX_TRACE_EVENTS = 500_000
+#: bytes read from a trace file (or its gzip stream) at a time
+READ_CHUNK_BYTES = 4 * 2**20
 
 LAUNCH_CALLS = frozenset({
     "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cudaLaunchKernelEx",
@@ -49,6 +60,10 @@ COPY_NAME = re.compile(r"^(?P<op>Memcpy|Memset)\s*(?P<dir>[A-Za-z]toD|[A-Za-z]to
 #: python frames: "/path/file.py(123): func"
 PY_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.+)$")
 PY_BUILTIN = re.compile(r"^<built-in (?:method|function) (?P<name>\w+)")
+
+
+class TraceError(UserError):
+    """A trace file that cannot be read: missing, not JSON, or past the size limit."""
 
 
 class _Span:
@@ -244,62 +259,71 @@ def parse_copy_name(name: str) -> tuple[str, str, str, str]:
             (m.group("dst") or "").strip())
 
 
-def parse_events(events: list[Mapping[str, Any]], meta: Mapping[str, Any] | None = None) -> Trace:
-    """Typed events from a list of Chrome trace events (complete 'X' events; others are skipped)."""
-    trace = Trace(meta=dict(meta or {}))
-    for ev in events:
-        if not isinstance(ev, Mapping):
-            continue
-        if ev.get("ph", "X") != "X":  # complete events ('X'; some writers omit ph), and the allocator's instants
-            if ev.get("ph") in ("i", "I") and ev.get("name") == MEMORY_EVENT and isinstance(ev.get("args"), Mapping):
-                margs = ev["args"]
-                trace.memory.append(MemoryEvent(_tid(ev.get("tid")), _num(ev.get("ts")), _int(margs.get("Bytes")) or 0,
-                                                _int(margs.get("Total Allocated")) or 0,
-                                                _int(margs.get("Total Reserved")) or 0,
-                                                _int(margs.get("Device Type")) or 0))
-            continue
-        cat = str(ev.get("cat", ""))
-        name = str(ev.get("name", ""))
-        raw_args = ev.get("args")
-        args: Mapping[str, Any] = raw_args if isinstance(raw_args, Mapping) else {}
-        start, dur, tid = _num(ev.get("ts")), max(0.0, _num(ev.get("dur"))), _tid(ev.get("tid"))
-        if cat == "cpu_op":
-            dims = args.get("Input Dims", ())
-            types = args.get("Input type", ())
-            trace.cpu_ops.append(CpuOp(name, tid, start, dur,
-                                       tuple(tuple(d) if isinstance(d, list) else () for d in dims)
-                                       if isinstance(dims, list) else (),
-                                       tuple(str(t) for t in types) if isinstance(types, list) else ()))
-        elif cat in ("cuda_runtime", "cuda_driver"):
-            trace.runtime.append(RuntimeCall(name, tid, start, dur, _int(args.get("correlation")), runtime_kind(name)))
-        elif cat == "kernel":
-            stream = _int(args.get("stream"))
-            trace.kernels.append(GpuKernel(name, _int(args.get("device")) or 0, stream if stream is not None else tid,
-                                           start, dur, _int(args.get("correlation"))))
-        elif cat in ("gpu_memcpy", "gpu_memset"):
-            op, direction, src, dst = parse_copy_name(name)
-            if cat == "gpu_memset":
-                op = "memset"
-            stream = _int(args.get("stream"))
-            trace.copies.append(GpuCopy(op, direction, src, dst, _int(args.get("bytes")) or 0,
-                                        stream if stream is not None else tid, start, dur,
-                                        _int(args.get("correlation"))))
-        elif cat == "user_annotation":
-            if name.startswith(STAGE_PREFIX):
-                trace.stages.append(Range(name[len(STAGE_PREFIX):], tid, start, dur))
-            elif name.startswith(MODULE_PREFIX):
-                trace.modules.append(Range(name[len(MODULE_PREFIX):], tid, start, dur))
-            elif name == RUN_RANGE:
-                trace.runs.append(Range(name, tid, start, dur))
-            else:
-                trace.annotations.append(Range(name, tid, start, dur))
-        elif cat == "python_function":
-            trace.python.append(PyFrame(name, tid, start, dur, _int(args.get("Python id")),
-                                        _int(args.get("Python parent id"))))
+def _typed(ev: Mapping[str, Any]) -> tuple[str, Any] | None:
+    """One Chrome trace event as (the Trace list it belongs to, its typed event), or None to skip it."""
+    if ev.get("ph", "X") != "X":  # complete events ('X'; some writers omit ph), and the allocator's instants
+        margs = ev.get("args")
+        if ev.get("ph") in ("i", "I") and ev.get("name") == MEMORY_EVENT and isinstance(margs, Mapping):
+            return "memory", MemoryEvent(_tid(ev.get("tid")), _num(ev.get("ts")), _int(margs.get("Bytes")) or 0,
+                                         _int(margs.get("Total Allocated")) or 0, _int(margs.get("Total Reserved")) or 0,
+                                         _int(margs.get("Device Type")) or 0)
+        return None
+    cat = str(ev.get("cat", ""))
+    name = str(ev.get("name", ""))
+    raw_args = ev.get("args")
+    args: Mapping[str, Any] = raw_args if isinstance(raw_args, Mapping) else {}
+    start, dur = _num(ev.get("ts")), max(0.0, _num(ev.get("dur")))
+    # an exported trace moves trackscope's stage ranges onto a track of their own (engine.capture.export) and
+    # keeps the thread they ran on in args: the parsed Trace is the profiler's either way
+    tid = _tid(args.get(SOURCE_TID_ARG, ev.get("tid")))
+    if cat == "cpu_op":
+        dims = args.get("Input Dims", ())
+        types = args.get("Input type", ())
+        return "cpu_ops", CpuOp(name, tid, start, dur,
+                                tuple(tuple(d) if isinstance(d, list) else () for d in dims)
+                                if isinstance(dims, list) else (),
+                                tuple(str(t) for t in types) if isinstance(types, list) else ())
+    if cat in ("cuda_runtime", "cuda_driver"):
+        return "runtime", RuntimeCall(name, tid, start, dur, _int(args.get("correlation")), runtime_kind(name))
+    if cat == "kernel":
+        stream = _int(args.get("stream"))
+        return "kernels", GpuKernel(name, _int(args.get("device")) or 0, stream if stream is not None else tid,
+                                    start, dur, _int(args.get("correlation")))
+    if cat in ("gpu_memcpy", "gpu_memset"):
+        op, direction, src, dst = parse_copy_name(name)
+        if cat == "gpu_memset":
+            op = "memset"
+        stream = _int(args.get("stream"))
+        return "copies", GpuCopy(op, direction, src, dst, _int(args.get("bytes")) or 0,
+                                 stream if stream is not None else tid, start, dur, _int(args.get("correlation")))
+    if cat == "user_annotation":
+        if name.startswith(STAGE_PREFIX):
+            return "stages", Range(name[len(STAGE_PREFIX):], tid, start, dur)
+        if name.startswith(MODULE_PREFIX):
+            return "modules", Range(name[len(MODULE_PREFIX):], tid, start, dur)
+        if name == RUN_RANGE:
+            return "runs", Range(name, tid, start, dur)
+        return "annotations", Range(name, tid, start, dur)  # torch.compile's regions and others
+    if cat == "python_function":
+        return "python", PyFrame(name, tid, start, dur, _int(args.get("Python id")), _int(args.get("Python parent id")))
+    return None
+
+
+def _sorted(trace: Trace) -> Trace:
     for items in (trace.cpu_ops, trace.runtime, trace.kernels, trace.copies, trace.stages, trace.modules,
                   trace.runs, trace.python, trace.annotations, trace.memory):
         items.sort(key=lambda e: (e.start, -e.dur))
     return trace
+
+
+def parse_events(events: list[Mapping[str, Any]], meta: Mapping[str, Any] | None = None) -> Trace:
+    """Typed events from a list of Chrome trace events (complete 'X' events; others are skipped)."""
+    trace = Trace(meta=dict(meta or {}))
+    for ev in events:
+        typed = _typed(ev) if isinstance(ev, Mapping) else None
+        if typed is not None:
+            getattr(trace, typed[0]).append(typed[1])
+    return _sorted(trace)
 
 
 def parse_chrome_trace(data: Mapping[str, Any] | list) -> Trace:
@@ -311,13 +335,77 @@ def parse_chrome_trace(data: Mapping[str, Any] | list) -> Trace:
     return parse_events(events if isinstance(events, list) else [], meta)
 
 
-def load_chrome_trace(path: str | Path) -> dict[str, Any]:
-    """Read a Chrome trace JSON file, gzipped or not."""
+def read_trace_bytes(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> bytes:
+    """A trace file's JSON bytes, gunzipped when it is gzipped, read in chunks: never more than ``max_bytes``.
+
+    A file (or a gzip stream) that holds more is refused with a TraceError once the limit is passed; the rest
+    is never read or inflated (a gzip bomb costs ``max_bytes``, not its inflated size).
+    """
     path = Path(path)
-    raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    return json.loads(raw.decode("utf-8"))
+    try:
+        with open(path, "rb") as raw:
+            gzipped = raw.read(2) == b"\x1f\x8b"
+            raw.seek(0)
+            stream: Any = gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
+            out = bytearray()
+            while len(out) <= max_bytes:
+                chunk = stream.read(min(READ_CHUNK_BYTES, max_bytes + 1 - len(out)))
+                if not chunk:
+                    return bytes(out)
+                out += chunk
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise TraceError(f"cannot read the trace {path.name}: {exc}") from exc
+    what = "inflates to" if gzipped else "holds"
+    raise TraceError(f"the trace {path.name} {what} more than {max_bytes / 2**20:.0f} MiB of JSON: not opened",
+                     "open it in ui.perfetto.dev, or capture a shorter run")
+
+
+def load_chrome_trace(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> dict[str, Any]:
+    """Read a Chrome trace JSON file, gzipped or not (at most ``max_bytes`` of JSON, else TraceError)."""
+    try:
+        data = json.loads(read_trace_bytes(path, max_bytes))
+    except (ValueError, RecursionError) as exc:
+        raise TraceError(f"the trace {Path(path).name} is not JSON: {exc}") from exc
+    return data if isinstance(data, dict) else {"traceEvents": data}
+
+
+def read_trace(path: str | Path, *, max_bytes: int = MAX_TRACE_BYTES, max_events: int = MAX_TRACE_EVENTS) -> Trace:
+    """Parse a trace file into a Trace, bounded: at most ``max_bytes`` of JSON and ``max_events`` typed events.
+
+    Events become typed events while the JSON is decoded (no list of event dicts is ever held), so memory
+    is the JSON text and the typed events kept. Past ``max_events`` the rest are counted, not kept, and the
+    trace's ``meta`` says so (``events_kept``, ``events_left_out``).
+    """
+    trace = Trace()
+    left_out = 0
+
+    def hook(obj: dict[str, Any]) -> Any:
+        nonlocal left_out
+        if "ts" not in obj or "traceEvents" in obj:  # args, metadata and the top level stay dicts
+            return obj
+        typed = _typed(obj)
+        if typed is None:
+            return None
+        if kept[0] >= max_events:
+            left_out += 1
+            return None
+        kept[0] += 1
+        getattr(trace, typed[0]).append(typed[1])
+        return None
+
+    kept = [0]
+    raw = read_trace_bytes(path, max_bytes)
+    try:
+        data = json.loads(raw, object_hook=hook)
+    except (ValueError, RecursionError) as exc:
+        raise TraceError(f"the trace {Path(path).name} is not JSON: {exc}") from exc
+    del raw
+    if isinstance(data, dict):
+        trace.meta = {k: v for k, v in data.items() if k != "traceEvents" and isinstance(v, (str, int, float, bool))}
+    trace.meta["events_kept"] = kept[0]
+    if left_out:
+        trace.meta["events_left_out"] = left_out
+    return _sorted(trace)
 
 
 def frame_site(frame: PyFrame) -> tuple[str, int, str] | None:
