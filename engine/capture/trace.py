@@ -265,7 +265,8 @@ def _typed(ev: Mapping[str, Any]) -> tuple[str, Any] | None:
         margs = ev.get("args")
         if ev.get("ph") in ("i", "I") and ev.get("name") == MEMORY_EVENT and isinstance(margs, Mapping):
             return "memory", MemoryEvent(_tid(ev.get("tid")), _num(ev.get("ts")), _int(margs.get("Bytes")) or 0,
-                                         _int(margs.get("Total Allocated")) or 0, _int(margs.get("Total Reserved")) or 0,
+                                         _int(margs.get("Total Allocated")) or 0,
+                                         _int(margs.get("Total Reserved")) or 0,
                                          _int(margs.get("Device Type")) or 0)
         return None
     cat = str(ev.get("cat", ""))
