@@ -70,7 +70,11 @@ def test_tracker_box_shows_a_long_plugin_name_whole(qtbot):
 
 
 def test_toggles_hold_batch_sizes_within_their_range(qtbot):
-    toggles = TogglesPanel(RunConfig(points_per_batch=10**7))
+    from engine.core.config import MAX_POINTS_PER_BATCH, ConfigError
+
+    with pytest.raises(ConfigError):  # RunConfig owns the limit: a size past it never reaches the toggles
+        RunConfig(points_per_batch=10**7)
+    toggles = TogglesPanel(RunConfig(points_per_batch=MAX_POINTS_PER_BATCH))
     qtbot.addWidget(toggles)
     assert toggles.config().points_per_batch == toggles.points.value() == toggles.points.maximum()
 
