@@ -8,32 +8,32 @@ argmax), with the planted problem in its own function marked ``# planted:``. Use
 in well under a second each. Modules with a ``release()`` change process-wide state in ``make()``;
 call it when done (``scripts/diagnose_field.py`` does).
 
-| module                   | planted problem                                                         | rule                 |
-|--------------------------|-------------------------------------------------------------------------|----------------------|
-| sync_item                | ``float(t)`` and ``.item()`` per point in a Python loop                 | host_sync            |
-| sync_tolist              | ``.tolist()`` of each frame's scores in a loop                          | host_sync            |
-| sync_branch              | ``if weak.any():`` per frame and pass                                   | host_sync            |
-| sync_mask                | boolean-mask indexing and ``nonzero()`` per frame                       | host_sync            |
-| sync_synchronize         | ``torch.cuda.synchronize()`` after every frame                          | host_sync            |
-| to_host_per_frame        | ``.cpu().numpy()`` of each frame's result, smoothed in numpy            | host_sync            |
-| copy_constant_each_call  | numpy grid / kernel ``torch.from_numpy(...).to(device)`` per frame      | repeated_copy        |
-| channels_last_mismatch   | channels_last conv weights, NCHW activations, ``.contiguous()`` each    | layout_transpose     |
-| contiguous_hot_loop      | ``.permute().contiguous()`` of the correlation volume per iteration     | contiguous_copy      |
-| float64_path             | soft-argmax in float64                                                  | float64              |
-| autocast_disabled_region | ``autocast(enabled=False)`` around the cell MLP, inputs ``.float()``    | fp32_under_autocast  |
-| tf32_disabled            | ``allow_tf32 = False`` (cuBLAS, cuDNN) at the start of forward          | tf32_off             |
-| misaligned_gemm          | a head of widths 1001, 257, 1023, 1023 in bf16                          | gemm_misaligned      |
-| launch_bound_loop        | a filter of ~10 tiny ops x 10 steps per frame                           | launch_bound_capture |
-| elementwise_chain        | 12 unfused elementwise ops over the correlation volume                  | elementwise_chain    |
-| allocator_churn          | a clone of a changing size and ``empty_cache()`` per frame              | allocator_churn      |
-| large_alloc_per_call     | a 1024 x H x W float32 vote volume zeroed every call (256 MiB at 256^2) | large_allocation     |
-| recompile_each_call      | a compiled helper given the call counter (an int guard)                 | recompile            |
-| graph_break              | ``.item()`` inside a compiled function                                  | graph_break          |
-| host_python_loop         | pure-Python weight table per point and frame                            | host_bound           |
-| cpu_ops_in_gpu_run       | a positional encoding built with CPU torch ops every call               | cpu_ops_in_gpu_run   |
-| thread_oversubscription  | ``torch.set_num_threads(4 * os.cpu_count())``, CPU filter bank per call | thread_oversubscription |
-| cudnn_benchmark_off      | dilated and 5x5 convs on fixed shapes, ``cudnn.benchmark`` False        | cudnn_benchmark_off  |
-| clean                    | nothing: batched, vectorised, no syncs or host work (negative control)  | (none)               |
+| module | planted problem | rule |
+|---|---|---|
+| sync_item | ``float(t)`` and ``.item()`` per point in a Python loop | host_sync |
+| sync_tolist | ``.tolist()`` of each frame's scores in a loop | host_sync |
+| sync_branch | ``if weak.any():`` per frame and pass | host_sync |
+| sync_mask | boolean-mask indexing and ``nonzero()`` per frame | host_sync |
+| sync_synchronize | ``torch.cuda.synchronize()`` after every frame | host_sync |
+| to_host_per_frame | ``.cpu().numpy()`` of each frame's result, smoothed in numpy | host_sync |
+| copy_constant_each_call | numpy grid / kernel ``torch.from_numpy(...).to(device)`` per frame | repeated_copy |
+| channels_last_mismatch | channels_last conv weights, NCHW activations, ``.contiguous()`` each | layout_transpose |
+| contiguous_hot_loop | ``.permute().contiguous()`` of the correlation volume per iteration | contiguous_copy |
+| float64_path | soft-argmax in float64 | float64 |
+| autocast_disabled_region | ``autocast(enabled=False)`` around the cell MLP, input ``.float()`` | fp32_under_autocast |
+| tf32_disabled | ``allow_tf32 = False`` (cuBLAS, cuDNN) at the start of forward | tf32_off |
+| misaligned_gemm | a head of widths 1001, 257, 1023, 1023 in bf16 | gemm_misaligned |
+| launch_bound_loop | a filter of ~10 tiny ops x 10 steps per frame | launch_bound_capture |
+| elementwise_chain | 12 unfused elementwise ops over the correlation volume | elementwise_chain |
+| allocator_churn | a clone of a changing size and ``empty_cache()`` per frame | allocator_churn |
+| large_alloc_per_call | a 1024 x H x W float32 vote volume zeroed every call (256 MiB at 256^2) | large_allocation |
+| recompile_each_call | a compiled helper given the call counter (an int guard) | recompile |
+| graph_break | ``.item()`` inside a compiled function | graph_break |
+| host_python_loop | pure-Python weight table per point and frame | host_bound |
+| cpu_ops_in_gpu_run | a positional encoding built with CPU torch ops every call | cpu_ops_in_gpu_run |
+| thread_oversubscription | ``set_num_threads(4 * os.cpu_count())``, CPU filters per call | thread_oversubscription |
+| cudnn_benchmark_off | dilated and 5x5 convs on fixed shapes, ``cudnn.benchmark`` False | cudnn_benchmark_off |
+| clean | nothing: batched, vectorised, no syncs or host work (negative control) | (none) |
 
 ``PLANTED`` says, per module, the rule that should name it (None for the control), the precision to
 run it in, and whether the problem shows on a CPU capture at all (syncs, copies, cuDNN, TF32, tensor
