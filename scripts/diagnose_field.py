@@ -285,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP)
     parser.add_argument("--repeat", type=int, default=DEFAULT_REPEAT)
     parser.add_argument("--time-limit-s", type=int, default=DEFAULT_TIME_LIMIT_S, help="per plugin")
+    parser.add_argument("--controls", action="store_true", help=f"also run {', '.join(CONTROLS)} (negative controls)")
     parser.add_argument("--control-precision", default="bf16", help="precision of the built-in controls")
     parser.add_argument("--no-cost", action="store_true", help="skip the counted pass (FLOPs/bytes)")
     parser.add_argument("--traces", action="store_true", help="write each capture's trace under OUT/traces")
@@ -292,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="keep OUT's table; skip the plugins already in it")
     args = parser.parse_args(argv)
     names = args.names or list(PLANTED)
+    if args.controls:
+        names += [c for c in CONTROLS if c not in names]
     for name in names:
         planned(name, args.control_precision)  # an unknown name stops before any work
     args.out.mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,7 @@ class CleanTracker(nn.Module):
     def forward(self, frames: torch.Tensor, queries: torch.Tensor):
         feats = self.backbone(frames_to_float(frames))  # [T, C, h, w], channels-last throughout
         t, c, h, w = feats.shape
-        corr = correlate(query_features(feats, queries), feats).float()  # [N, T, h*w]
+        corr = correlate(query_features(feats, queries), feats)  # [N, T, h*w], the run's dtype: no cast copy
         score, index = corr.max(dim=-1)
         cy = torch.div(index, w, rounding_mode="floor")
         cx = index - cy * w
@@ -40,14 +40,14 @@ class CleanTracker(nn.Module):
         offsets = torch.arange(-NEIGHBOURS, NEIGHBOURS + 1, device=corr.device)
         rows = (cy[..., None] + offsets).clamp(0, h - 1)  # [N, T, K]
         cols = (cx[..., None] + offsets).clamp(0, w - 1)
-        along_x = torch.gather(corr, -1, cy[..., None] * w + cols)
-        along_y = torch.gather(corr, -1, rows * w + cx[..., None])
+        along_x = torch.gather(corr, -1, cy[..., None] * w + cols).float()  # [N, T, K]: small, float32 is fine
+        along_y = torch.gather(corr, -1, rows * w + cx[..., None]).float()
         wx = torch.softmax(along_x * SOFTMAX_TEMPERATURE, dim=-1)
         wy = torch.softmax(along_y * SOFTMAX_TEMPERATURE, dim=-1)
         x = (wx * cols.float()).sum(-1)
         y = (wy * rows.float()).sum(-1)
         tracks = torch.stack([x, y], dim=-1) * FEATURE_STRIDE + (FEATURE_STRIDE - 1) / 2.0
-        return tracks, score > VISIBLE_SCORE
+        return tracks, score.float() > VISIBLE_SCORE
 
 
 def make() -> nn.Module:
