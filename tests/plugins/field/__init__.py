@@ -14,6 +14,7 @@ call it when done (``scripts/diagnose_field.py`` does).
 | sync_tolist | ``.tolist()`` of each frame's scores in a loop | host_sync |
 | sync_branch | ``if weak.any():`` per frame and pass | host_sync |
 | sync_mask | boolean-mask indexing and ``nonzero()`` per frame | host_sync |
+| sync_print | a tensor formatted into a ``log.debug`` f-string per frame | host_sync |
 | sync_synchronize | ``torch.cuda.synchronize()`` after every frame | host_sync |
 | to_host_per_frame | ``.cpu().numpy()`` of each frame's result, smoothed in numpy | host_sync |
 | copy_constant_each_call | numpy grid / kernel ``torch.from_numpy(...).to(device)`` per frame | repeated_copy |
@@ -22,11 +23,11 @@ call it when done (``scripts/diagnose_field.py`` does).
 | float64_path | soft-argmax in float64 | float64 |
 | autocast_disabled_region | ``autocast(enabled=False)`` around the cell MLP, input ``.float()`` | fp32_under_autocast |
 | tf32_disabled | ``allow_tf32 = False`` (cuBLAS, cuDNN) at the start of forward | tf32_off |
-| misaligned_gemm | a head of widths 1001, 257, 1023, 1023 in bf16 | gemm_misaligned |
+| misaligned_gemm | a rescoring head of widths 19, 1001, 257, 1023, 1023 in bf16 | gemm_misaligned |
 | launch_bound_loop | a filter of ~10 tiny ops x 10 steps per frame | launch_bound_capture |
 | elementwise_chain | 12 unfused elementwise ops over the correlation volume | elementwise_chain |
 | allocator_churn | a clone of a changing size and ``empty_cache()`` per frame | allocator_churn |
-| large_alloc_per_call | a 1024 x H x W float32 vote volume zeroed every call (256 MiB at 256^2) | large_allocation |
+| large_alloc_per_call | 1024 x H x W float32 vote volumes made every call (256 MiB at 256^2) | large_allocation |
 | recompile_each_call | a compiled helper given the call counter (an int guard) | recompile |
 | graph_break | ``.item()`` inside a compiled function | graph_break |
 | host_python_loop | pure-Python weight table per point and frame | host_bound |
@@ -61,6 +62,7 @@ PLANTED: dict[str, Planted] = {
     "sync_tolist": Planted("host_sync", "bf16", False),
     "sync_branch": Planted("host_sync", "bf16", False),
     "sync_mask": Planted("host_sync", "bf16", False),
+    "sync_print": Planted("host_sync", "bf16", False),
     "sync_synchronize": Planted("host_sync", "bf16", False),
     "to_host_per_frame": Planted("host_sync", "bf16", False),
     "copy_constant_each_call": Planted("repeated_copy", "bf16", False),
@@ -79,7 +81,7 @@ PLANTED: dict[str, Planted] = {
     "host_python_loop": Planted("host_bound", "bf16", True),
     "cpu_ops_in_gpu_run": Planted("cpu_ops_in_gpu_run", "bf16", False),
     "thread_oversubscription": Planted("thread_oversubscription", "bf16", True),
-    "cudnn_benchmark_off": Planted("cudnn_benchmark_off", "bf16", False),
+    "cudnn_benchmark_off": Planted("cudnn_benchmark_off", "tf32", False),
     "clean": Planted(None, "bf16", True),
 }
 

@@ -18,12 +18,13 @@ FEATURE_CHANNELS = 16
 
 
 class MixedLayoutBackbone(nn.Module):
-    """Four convs at strides 2, 1, 2, 1: frames [T, 3, H, W] -> unit features [T, C, H/4, W/4]."""
+    """Five convs at strides 1, 2, 1, 2, 1: frames [T, 3, H, W] -> unit features [T, C, H/4, W/4]."""
 
     def __init__(self):
         super().__init__()
         self.convs = nn.ModuleList([
-            nn.Conv2d(3, WIDTH, 3, stride=2, padding=1),
+            nn.Conv2d(3, WIDTH, 3, padding=1),
+            nn.Conv2d(WIDTH, WIDTH, 3, stride=2, padding=1),
             nn.Conv2d(WIDTH, WIDTH, 3, padding=1),
             nn.Conv2d(WIDTH, WIDTH, 3, stride=2, padding=1),
             nn.Conv2d(WIDTH, FEATURE_CHANNELS, 3, padding=1),

@@ -96,7 +96,7 @@ def best_match(corr: torch.Tensor, width_cells: int) -> tuple[torch.Tensor, torc
 class CellMlp(nn.Module):
     """A residual MLP over feature vectors [..., C] -> [..., C] (the matmul-heavy part of some plugins)."""
 
-    def __init__(self, channels: int = FEATURE_CHANNELS, width: int = 256, layers: int = 4):
+    def __init__(self, channels: int = FEATURE_CHANNELS, width: int = 256, layers: int = 3):
         super().__init__()
         self.inp = nn.Linear(channels, width)
         self.hidden = nn.ModuleList(nn.Linear(width, width) for _ in range(layers - 1))
