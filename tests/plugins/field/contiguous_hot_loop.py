@@ -1,0 +1,45 @@
+"""contiguous_hot_loop: temporal smoothing of the correlation volume with a transpose copy per iteration."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from tests.plugins.field.common import (
+    VISIBLE_SCORE,
+    Backbone,
+    best_match,
+    correlate,
+    frames_to_float,
+    query_features,
+    seeded,
+)
+
+ITERATIONS = 4  # smoothing passes
+
+
+def smooth_over_time(corr: torch.Tensor) -> torch.Tensor:
+    """corr [N, T, P] -> corr smoothed along T with a [1, 2, 1] / 4 filter, ITERATIONS times."""
+    for _ in range(ITERATIONS):
+        # planted: the whole volume transposed and copied (.contiguous()) twice per iteration
+        per_frame = corr.permute(1, 0, 2).contiguous()  # [T, N, P]
+        padded = torch.cat([per_frame[:1], per_frame, per_frame[-1:]], dim=0)
+        smoothed = 0.25 * padded[:-2] + 0.5 * padded[1:-1] + 0.25 * padded[2:]
+        corr = smoothed.transpose(0, 1).contiguous()  # [N, T, P]
+    return corr
+
+
+class ContiguousHotLoopTracker(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.backbone = Backbone()
+
+    def forward(self, frames: torch.Tensor, queries: torch.Tensor):
+        feats = self.backbone(frames_to_float(frames))
+        corr = smooth_over_time(correlate(query_features(feats, queries), feats))
+        tracks, score = best_match(corr, feats.shape[-1])
+        return tracks, score > VISIBLE_SCORE
+
+
+def make() -> nn.Module:
+    return seeded(ContiguousHotLoopTracker(), seed=109)
