@@ -45,7 +45,7 @@ CPU_WORK_MIN_US = 50.0
 #: consecutive elementwise kernels (or CPU ops) from one site before they count as a fusable chain
 CHAIN_MIN = 3
 #: an elementwise CPU op over fewer elements than this is not worth fusing
-CHAIN_MIN_NUMEL = 1 << 16
+CHAIN_MIN_NUMEL = 1 << 12
 #: bytes per element of the profiler's input type names
 ITEMSIZE = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "int": 4, "long int": 8, "bool": 1,
             "unsigned char": 1, "signed char": 1, "short int": 2, "c10::complex<float>": 8,
@@ -539,9 +539,16 @@ def _inside(window: tuple[float, float], t: float) -> bool:
 def gather_compile(ctx: _Context, settings: dict[str, str]) -> CompileFacts:
     regions: set[str] = set()
     calls = recompiled = 0
-    for r in ctx.trace.annotations:
-        m = COMPILED_REGION.match(r.label)
-        if m and _inside(ctx.att.window, r.start):
+    # the region marker is a record_function range in some torch versions and a cpu_op in others
+    marks = [(r.label, r.tid, r.start) for r in ctx.trace.annotations]
+    marks += [(op.name, op.tid, op.start) for op in ctx.trace.cpu_ops if op.name.startswith("Torch-Compiled")]
+    region_site = None
+    for label, tid, start in marks:
+        m = COMPILED_REGION.match(label)
+        if m and _inside(ctx.att.window, start):
+            if region_site is None:
+                site = ctx.site(tid, start)
+                region_site = site.label if site.layer == USER else None
             regions.add(m.group("frame"))
             calls += 1
             recompiled += int(m.group("compile")) > 0
@@ -571,13 +578,17 @@ def gather_compile(ctx: _Context, settings: dict[str, str]) -> CompileFacts:
                     outer_end = f.end
     run_recompiles = sum(int(v) for k, v in settings.items()
                          if k.startswith(("dynamo_run.recompiles.", "dynamo_run.stats.unique_graphs")))
-    breaks_total = sum(int(v) for k, v in settings.items() if k.startswith("dynamo_total.graph_break."))
-    reasons = tuple(k.split(".", 2)[2] for k, _ in sorted(
-        ((k, v) for k, v in settings.items() if k.startswith("dynamo_total.graph_break.")),
-        key=lambda kv: -int(kv[1]))[:5])
-    return CompileFacts(len(regions), calls, max(recompiled if run_recompiles else 0, run_recompiles),
-                        max(breaks_total, len(resumes)), _ms(compile_us), compile_site, _ms(autotune_us),
-                        reasons or tuple(sorted(resumes))[:5])
+    # graph breaks: a compiled function split into frames (a region with a frame id above the first is a resumed
+    # part) or dynamo's resume functions in the stack; dynamo's counters are process-wide (another tracker's
+    # breaks count there too), so their reasons are read only when this run entered compiled code
+    split = max(0, len(regions) - 1)
+    reasons: tuple[str, ...] = ()
+    if regions or resumes:
+        reasons = tuple(k.split(".", 2)[2].split("\n")[0][:160] for k, _ in sorted(
+            ((k, v) for k, v in settings.items() if k.startswith("dynamo_total.graph_break.")),
+            key=lambda kv: -int(kv[1]))[:5])
+    return CompileFacts(len(regions), calls, run_recompiles, max(split, len(resumes)), _ms(compile_us),
+                        compile_site or region_site, _ms(autotune_us), reasons or tuple(sorted(resumes))[:5])
 
 
 # -- host ----------------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ on, so a call site is the user's function (its file and first line), not the lin
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Iterable, Sequence
@@ -79,6 +80,7 @@ class CodeLayers:
     def layer(self, path: str) -> str:
         if not path or path.startswith("<"):
             return LIBRARY
+        path = resolve_recorded(path)
         if self.user_dirs and path.startswith(self.user_dirs):
             return USER
         if any(part in path.replace("\\", "/") for part in TRACKER_PARTS):
@@ -100,6 +102,29 @@ def _recorded_trackscope(path: str) -> bool:
             return True
     top_level = len(parts) >= 2 and parts[-2] == "engine" and parts[-1] in ("api.py", "__init__.py")
     return top_level and "site-packages" not in parts
+
+
+@functools.lru_cache(maxsize=4096)
+def resolve_recorded(path: str) -> str:
+    """The absolute file of a path as torch's Python tracer records it: it trims the longest ``sys.path``-like
+    prefix (site-packages, the script's folder, the working folder), so ``einops/einops.py`` and
+    ``mytracker/model.py`` look alike until resolved against those folders. Unresolved (a trace recorded on
+    another machine) it stays as it is."""
+    if os.path.isabs(path):
+        return path
+    try:
+        from torch.profiler.python_tracer import _prefix_regex
+
+        prefixes = list(_prefix_regex())
+    except Exception:  # noqa: BLE001 - another torch: sys.path alone
+        prefixes = []
+    for prefix in [os.getcwd(), *prefixes, *sys.path]:
+        if not prefix:
+            continue
+        candidate = os.path.join(prefix, path)
+        if os.path.isfile(candidate):
+            return str(Path(candidate).resolve())
+    return path
 
 
 def _relative_library(path: str) -> bool:
