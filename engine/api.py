@@ -36,7 +36,7 @@ from engine.core.devices import device_name, resolve_device
 
 # -- paths ----------------------------------------------------------------------------------------------------
 from engine.core.paths import SAMPLE_VIDEO, ground_truth_sidecar, queries_sidecar, resources_dir
-from engine.core.units import GIB, MIB, format_bytes, format_ms, ms_value
+from engine.core.units import GIB, MIB, format_bytes, format_ms, format_time_ratio, ms_value, ratio_value
 
 # -- video, queries and tracks files -----------------------------------------------------------------------------
 from engine.io.frames import APP_BUDGET_BYTES, DecodeProgress, FrameStore, open_frames
@@ -174,6 +174,7 @@ __all__ = [
     "UserError", "VideoError", "VideoGeometry",
     "analyse", "analyse_many", "as_report", "available_trackers", "build_report", "clock_reason_mask",
     "compare_reports", "compare_rows", "decode_clock_reasons", "device_choices", "format_bytes", "format_ms",
+    "format_time_ratio", "ratio_value",
     "ms_value", "device_name", "divergence", "find_baseline", "gate", "grid_queries", "ground_truth_sidecar",
     "load_any", "load_bench", "load_ground_truth", "load_report", "load_reports", "load_tracker", "load_tracks",
     "APP_BUDGET_BYTES", "DecodeProgress", "FrameStore", "open_frames",

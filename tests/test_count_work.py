@@ -19,6 +19,7 @@ from engine.report.recorder import RunRecorder
 from engine.report.schema import Report
 from engine.run.session import Session
 from engine.workflows.count import INPUTS_CONSTRUCTED, INPUTS_VIDEO, count_work, with_counted_work
+from engine.workflows.warm_runs import with_warm_runs
 from tests.helpers import moving_square_video
 from tests.plugins import mlp_refine
 
@@ -53,7 +54,7 @@ def fresh_cache():
 
 def test_a_report_without_work_gets_it_counted_from_a_constructed_video():
     report = recorded()
-    counted = with_counted_work(report)
+    counted = with_counted_work(with_warm_runs(report))  # the what-if needs warm times (this machine's CPU)
     assert counted.work["embed"].flops == EMBED_FLOPS  # the hand count: the pass ran at the report's shape
     assert counted.work["mlp"].flops > 0 and counted.work["mlp"].bytes > 0
     info = counted.extra[COUNTED_KEY]
@@ -117,13 +118,16 @@ def test_compare_what_if_counts_a_track_report_on_demand(tmp_path, capsys):
 
 
 def test_compare_what_if_on_a_recorded_h200_track_report():
-    """A deep-capture report recorded on the H200 (no work): its planted plugin rebuilt and counted here."""
+    """A deep-capture report recorded on the H200 (no work, one cold run): its planted plugin rebuilt and counted
+    here, but its warm times belong to the H200: the projection is refused with the bench command to run there."""
     report = load_reports(DATA / "deep" / "fp32_grid_sample.json")[0]
-    assert not report.work
+    assert not report.work and report.cold_run is not None and not report.warm_runs
     counted = with_counted_work(report)
-    result = project(counted, "Tesla T4")
-    assert result["source"] == "H200" and result["stages"]
     assert sum(w.bytes for w in counted.work.values()) > 0
+    with pytest.raises(UserError, match="holds only a cold run") as refused:
+        project(counted, "Tesla T4")
+    assert "trackscope bench resources/sample.mp4 --tracker tests.plugins.planted_capture:fp32_grid_sample" \
+        in refused.value.suggestion
 
 
 def test_diagnose_roofline_counts_and_prints_the_stages(tmp_path, capsys):
@@ -146,7 +150,7 @@ def unstaged_report() -> Report:
     from tests.test_compare import GMM, synthetic_report
 
     h200 = {"gpu": {"name": "NVIDIA H200", "compute_capability": [9, 0]}}
-    report = synthetic_report(h200, "fp32", {"backbone": (2.0, 10 * GMM, 1e6)})
+    report = synthetic_report(h200, "fp32", {"backbone": (2.0, 100 * GMM, 1e6)})  # 75 % of the fp32 roof
     work = {**report.work, UNSTAGED: dataclasses.replace(report.work["backbone"], flops=0, bytes=1000)}
     return dataclasses.replace(report, work=work, totals=dataclasses.replace(
         report.totals, warm_ms_median=2.0 + OUTSIDE_MS))
@@ -191,14 +195,17 @@ def test_the_child_process_counts_and_gives_its_reason_in_one_line():
     assert CountProcess().run(with_counted_work(report)).work  # one with work is returned as it is, no child
 
 
-def test_a_projection_of_a_cold_run_only_says_its_times_include_first_run_setup():
+def test_a_projection_of_a_cold_run_only_is_refused_until_warm_runs_are_timed():
     """A `track --report` file holds one run; in a fresh process it is cold (compilation, autotuning), and a
-    projection of it keeps those times: it says so and points to bench."""
-    import dataclasses
-
+    projection of it kept those times (every stage 1.00x). Refused, with the bench command; timed warm runs
+    here (the report's device: this CPU) make it projectable, and the assumptions say where they came from."""
     report = with_counted_work(recorded())
     cold = dataclasses.replace(report, runs=tuple(dataclasses.replace(r, cold=True) for r in report.runs),
                                totals=dataclasses.replace(report.totals, warm_ms_median=None))
-    warm = dataclasses.replace(report, runs=tuple(dataclasses.replace(r, cold=False) for r in report.runs))
-    assert any("holds only a cold run" in a for a in project(cold, "Tesla T4")["assumptions"])
-    assert not any("holds only a cold run" in a for a in project(warm, "Tesla T4")["assumptions"])
+    with pytest.raises(UserError, match="holds only a cold run") as refused:
+        project(cold, "Tesla T4")
+    assert "trackscope bench" in refused.value.suggestion and f"--tracker {MLP}" in refused.value.suggestion
+    warmed = with_warm_runs(cold, runs=2)
+    assert len(warmed.warm_runs) == 2 and warmed.cold_run is not None  # the recorded cold run is kept
+    assumptions = project(warmed, "Tesla T4")["assumptions"]
+    assert any("warm times measured now on this machine (CPU" in a for a in assumptions)

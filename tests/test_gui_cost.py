@@ -25,9 +25,9 @@ class InThreadCount:
         self.device = device
 
     def run(self, report):
-        from engine.workflows.count import with_counted_work
+        from engine.workflows.count import ready_for_whatif
 
-        return with_counted_work(report, device=self.device)
+        return ready_for_whatif(report, device=self.device)
 
     def stop(self) -> None:
         pass

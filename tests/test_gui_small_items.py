@@ -12,7 +12,7 @@ from PySide6.QtCore import QSettings, Qt  # noqa: E402
 from PySide6.QtGui import QFontMetricsF  # noqa: E402
 
 from engine import cli  # noqa: E402
-from engine.api import RunConfig  # noqa: E402
+from engine.api import MAX_POINTS_PER_BATCH, RunConfig  # noqa: E402
 from engine.io.video import write_video  # noqa: E402
 from gui.main_window import MainWindow  # noqa: E402
 from gui.panels.toggles import TogglesPanel  # noqa: E402
@@ -70,7 +70,7 @@ def test_tracker_box_shows_a_long_plugin_name_whole(qtbot):
 
 
 def test_toggles_hold_batch_sizes_within_their_range(qtbot):
-    from engine.core.config import MAX_POINTS_PER_BATCH, ConfigError
+    from engine.core.config import ConfigError
 
     with pytest.raises(ConfigError):  # RunConfig owns the limit: a size past it never reaches the toggles
         RunConfig(points_per_batch=10**7)

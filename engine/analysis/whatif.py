@@ -19,17 +19,24 @@ the quantised trackers do there. The path is named in the result (``mode_path``)
 
 The work counted while no stage was open (``(unstaged)``) is placed against the time of a run spent
 outside every stage, and projected like a stage.
+
+The efficiency must come from warm runs: a report with only a cold run (``track --report``) has setup in
+every stage, which reads as latency-bound and projects nothing, so it is refused here with the command
+that records warm runs (``trackscope compare --what-if`` times them first, on the report's own device:
+``engine.workflows.warm_runs``). A projection in which every stage is kept is refused too, with the reason:
+a table of 1.00x would read as an answer.
 """
 
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine.analysis.roofline import report_cost, roofline
 from engine.core.errors import UserError
-from engine.core.units import ms_value
+from engine.core.units import format_time_ratio, ms_value, ratio_value
 from engine.report.schema import Report, as_report
 from engine.telemetry import specs
 
@@ -41,6 +48,40 @@ UNSTAGED = "(unstaged)"
 QUANTISED_MODES = ("int8", "fp8")
 #: where a report's extra says how its work was counted on demand (engine.workflows.count writes it)
 COUNTED_KEY = "work_counted"
+#: where a report's extra says its warm runs were timed after the fact (engine.workflows.warm_runs writes it)
+WARM_MEASURED_KEY = "warm_runs_measured"
+#: the output folder bench_command names
+BENCH_OUT = "bench-out"
+
+
+def bench_command(report: Report) -> str:
+    """The exact ``trackscope bench`` command that records ``report``'s configuration with warm runs."""
+    c = report.config
+    parts = ["trackscope", "bench", report.video.path or "VIDEO", "--tracker", c.tracker, "--device", c.device,
+             "--precisions", c.precision, "--points-per-batch", str(c.points_per_batch),
+             "--frames-per-batch", str(c.frames_per_batch)]
+    source = report.queries_source or ""
+    if source.endswith(".csv"):
+        parts += ["--queries", source]
+    elif report.totals.num_points:
+        parts += ["--points", str(report.totals.num_points)]
+    return " ".join(shlex.quote(p) for p in parts + ["--out", BENCH_OUT])
+
+
+def is_cold_only(report: Report) -> bool:
+    """Whether the report's times are a cold run's only (no warm run, no warm median)."""
+    return report.totals.warm_ms_median is None and not report.warm_runs
+
+
+def warm_notes(report: Report) -> list[str]:
+    """Where warm runs timed after the fact were measured, as assumption lines ([] when the run had them)."""
+    info = report.extra.get(WARM_MEASURED_KEY)
+    if not isinstance(info, Mapping):
+        return []
+    return [f"warm times measured now on this machine ({info.get('device', '?')}, host {info.get('host', '?')}, "
+            f"{info.get('measured', '?')}): {info.get('runs', '?')} runs after {info.get('warmup_runs', '?')} "
+            f"warm-up, the report's configuration on {info.get('inputs', '?')}; the report itself holds only a "
+            "cold run"]
 
 
 def counted_notes(report: Report) -> list[str]:
@@ -94,6 +135,11 @@ def project(report: Report | Mapping[str, Any], target_gpu: str) -> dict[str, An
                         "so it cannot be projected",
                         "count it on demand: trackscope compare REPORT --what-if GPU (the tracker must be "
                         "importable), or record it with trackscope bench, which counts it (unless --no-cost)")
+    if is_cold_only(report):
+        raise UserError(f"report {report.short_label()!r} holds only a cold run (the first in its process: setup, "
+                        "compilation and autotuning in every stage), so it cannot be projected",
+                        "trackscope compare REPORT --what-if GPU times warm runs on the report's device; or, on "
+                        f"a machine with {report.device_name}, run: {bench_command(report)}")
     source = cost.spec
     mode = report.precision
     observed = report.stage_ms
@@ -111,11 +157,8 @@ def project(report: Report | Mapping[str, Any], target_gpu: str) -> dict[str, An
     if source.estimated:
         assumptions.append(f"the source peaks are estimates ({source.source}): the carried-over efficiency "
                            "is rough")
+    assumptions.extend(warm_notes(report))
     assumptions.extend(counted_notes(report))
-    if report.totals.warm_ms_median is None and not report.warm_runs:
-        assumptions.append("the report holds only a cold run (the first in its process: compilation, autotuning "
-                           "and lazy setup included), so its stages read as latency-bound and keep their times; "
-                           "`trackscope bench` records warm runs for a projection that follows the peaks")
     mode_path = ""
     if mode in QUANTISED_MODES:
         mode_peak = specs.peak(target, mode)
@@ -167,6 +210,11 @@ def project(report: Report | Mapping[str, Any], target_gpu: str) -> dict[str, An
                             "target_path": "", "efficiency": None, "source_roofline_ms": None,
                             "target_roofline_ms": None, "kept": True}
             kept.append(f"{name} (not counted)")
+    if stages and all(r["kept"] and r["projected_ms"] == r["observed_ms"] for r in stages.values()):
+        raise UserError(f"nothing of {report.short_label()!r} can be projected onto {target.name}: every stage "
+                        f"is kept at its observed time ({', '.join(kept)}), so the table would read 1.00x; "
+                        "launches, syncs and host work do not follow a GPU's peaks",
+                        "count its cost on the device it ran on, or record it with trackscope bench")
     if kept:
         assumptions.append("kept at the observed time, or the target's roofline time where that is longer "
                            "(launch, sync and host costs do not follow the peaks): " + ", ".join(kept))
@@ -205,11 +253,14 @@ def format_projection(result: dict[str, Any]) -> str:
     for name, r in result["stages"].items():
         ratio = (r["projected_ms"] / r["observed_ms"]) if r["observed_ms"] else None
         rows.append((name, r["bound"] + (" (kept)" if r["kept"] else ""), f"{r['precision']} {r['target_path']}",
-                     _fmt_ms(r["observed_ms"]), _fmt_ms(r["projected_ms"]), f"{ratio:.2f}" if ratio else "-"))
+                     _fmt_ms(r["observed_ms"]), _fmt_ms(r["projected_ms"]), ratio_value(ratio)))
     total_ratio = result["projected_ms"] / result["observed_ms"] if result["observed_ms"] else None
     rows.append(("total", "", "", _fmt_ms(result["observed_ms"]), _fmt_ms(result["projected_ms"]),
-                 f"{total_ratio:.2f}" if total_ratio else "-"))
+                 ratio_value(total_ratio)))
     lines.extend(_table(rows))
+    lines.append("")
+    lines.append(f"  {result['target']}: {format_time_ratio(result['projected_ms'], result['observed_ms'])} "
+                 f"of {result['source']}")
     lines.append("")
     lines.append("assumptions:")
     lines.extend(f"  - {a}" for a in result["assumptions"])

@@ -1,7 +1,9 @@
 """`trackscope compare A.json B.json [--what-if GPU]`: two reports stage by stage, or a projection.
 
 A report without a cost model (a live run's, a ``track --report`` file) has it counted on demand for
-the what-if: its tracker rebuilt and run once on ``--count-device`` (engine.workflows.count).
+the what-if: its tracker rebuilt and run once on ``--count-device`` (engine.workflows.count). A report
+with only a cold run (``track --report``) has a few warm runs timed first, on its own device, when this
+machine has it (engine.workflows.warm_runs); on another machine it is refused with the bench command.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from engine.core.errors import ReportError, UserError
 from engine.core.outputs import check_output_path, write_error
 from engine.report.files import load_reports
 from engine.report.schema import Report
+from engine.workflows.warm_runs import WARM_RUNS
 
 
 def _select(spec: str) -> Report:
@@ -53,6 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--count-device", default="cpu", metavar="DEVICE",
                         help="where the what-if counts the cost model of a report that has none (one pass of "
                              "its tracker; default: cpu)")
+    parser.add_argument("--warm-runs", type=int, default=WARM_RUNS, metavar="N",
+                        help="warm runs timed for a report that holds only a cold run (on the report's device; "
+                             f"default {WARM_RUNS})")
     parser.add_argument("--json", metavar="PATH", help="also write the comparison (or projection) as JSON")
 
 
@@ -63,8 +69,12 @@ def run(args: argparse.Namespace) -> int:
     if args.what_if:
         from engine.analysis.whatif import target_spec
         from engine.workflows.count import with_counted_work
+        from engine.workflows.warm_runs import with_warm_runs
 
         target_spec(args.what_if)  # an unknown GPU fails before any counting
+        if args.warm_runs < 1:
+            raise UserError(f"--warm-runs must be at least 1, not {args.warm_runs}")
+        reports = [with_warm_runs(r, runs=args.warm_runs, log=_note) for r in reports]
         reports = [with_counted_work(r, device=args.count_device, log=_note) for r in reports]
         results = [project_by_batch(r, args.what_if) for r in reports]  # each batch at its precision
         print("\n\n".join(format_projection(r) for r in results))

@@ -41,3 +41,36 @@ def format_bytes(n: float | None, missing: str = MISSING) -> str:
     if not _finite(n):
         return missing
     return f"{n / GIB:.2f} GiB" if abs(n) >= GIB else f"{n / MIB:.0f} MiB"
+
+
+#: a time ratio under this is written "<0.01" (two decimals would read 0.00, as if it took no time)
+RATIO_FLOOR = 0.01
+#: ratios within this of 1 read as "the same time"
+RATIO_SAME_WITHIN = 0.005
+
+
+def ratio_value(ratio: float | None, missing: str = MISSING) -> str:
+    """A time ratio without its unit: 2 significant digits under 0.1 ("0.042"), "<0.01" under 0.01, else
+    two decimals ("1.53"); never "0.00"."""
+    if not _finite(ratio) or ratio <= 0:
+        return missing
+    if ratio < RATIO_FLOOR:
+        return f"<{RATIO_FLOOR:g}"
+    return f"{ratio:.2g}" if ratio < 0.1 else f"{ratio:.2f}"
+
+
+def format_time_ratio(new_ms: float | None, old_ms: float | None, missing: str = MISSING) -> str:
+    """How ``new_ms`` compares with ``old_ms``: "0.042x the time (24x faster)", "3.10x the time (3.1x slower)"."""
+    if not (_finite(new_ms) and _finite(old_ms)) or new_ms <= 0 or old_ms <= 0:
+        return missing
+    ratio = new_ms / old_ms
+    if abs(ratio - 1.0) < RATIO_SAME_WITHIN:
+        return "the same time (1.00x)"
+    if ratio < 1.0:
+        return f"{ratio_value(ratio)}x the time ({_times(1.0 / ratio)}x faster)"
+    return f"{ratio_value(ratio)}x the time ({_times(ratio)}x slower)"
+
+
+def _times(factor: float) -> str:
+    """A factor >= 1: "1.01", "3.1", "24", "840" (no exponent)."""
+    return f"{factor:.3g}" if factor < 10 else f"{factor:.0f}"

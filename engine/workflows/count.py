@@ -29,20 +29,21 @@ from typing import Any, Callable
 
 import numpy as np
 
-from engine.analysis.whatif import COUNTED_KEY
+from engine.analysis.whatif import COUNTED_KEY, is_cold_only
 from engine.core.errors import UserError
-from engine.io.geometry import VideoGeometry
 from engine.report.parts import StageWork
 from engine.report.schema import Report
+from engine.workflows.report_inputs import (
+    INPUTS_CONSTRUCTED,
+    INPUTS_VIDEO,
+    constructed_frames,
+    report_queries,
+    report_shape,
+    report_video_frames,
+)
 
 #: precision modes a CPU refuses, and the one counted in their place (same element size)
 CPU_STAND_IN = {"fp16": "bf16"}
-#: seed of the constructed frames and queries (the same inputs every time)
-CONSTRUCTED_SEED = 0
-INPUTS_VIDEO = "the run's video"
-INPUTS_CONSTRUCTED = "a constructed video of the run's shape"
-
-
 @dataclasses.dataclass(frozen=True)
 class CountedWork:
     """A report's per-stage work and how it was counted (device, inputs, precision stand-in)."""
@@ -62,53 +63,6 @@ class CountedWork:
                 "notes": list(self.notes)}
 
 
-def _shape(report: Report) -> tuple[int, VideoGeometry]:
-    """The report's frame count and geometry, or a UserError saying what it lacks."""
-    geometry = report.video.geometry
-    num_frames = report.video.num_frames or report.totals.num_frames
-    if geometry is None or num_frames < 1:
-        raise UserError(f"report {report.short_label()!r} does not record its video's size, so its cost "
-                        "cannot be counted", "record it again with trackscope track --report or bench")
-    return num_frames, geometry
-
-
-def _video_frames(report: Report, num_frames: int, geometry: VideoGeometry) -> np.ndarray | None:
-    """The report's video decoded, when the file is there and gives the recorded frame size; else None."""
-    from engine.core.errors import VideoError
-    from engine.io.video import open_video
-
-    path = report.video.path
-    if not path or not Path(path).exists():
-        return None
-    try:
-        with open_video(path) as reader:
-            if reader.output_size != (geometry.frame_width, geometry.frame_height):
-                return None
-            frames = reader.read(0, num_frames)
-    except (VideoError, OSError, ValueError):
-        return None
-    return frames if len(frames) == num_frames else None
-
-
-def constructed_frames(num_frames: int, height: int, width: int, seed: int = CONSTRUCTED_SEED) -> np.ndarray:
-    """Seeded noise frames, uint8 [T, H, W, 3]: inputs of a given shape when the real video is not at hand."""
-    return np.random.default_rng(seed).integers(0, 256, size=(num_frames, height, width, 3), dtype=np.uint8)
-
-
-def _queries(report: Report, geometry: VideoGeometry) -> np.ndarray:
-    """The report's own queries [N, 3] (source px) when it kept them, else N spread over frame 0."""
-    tracks = report.tracks
-    if tracks is not None and len(tracks.queries):
-        return np.asarray(tracks.queries, dtype=np.float32)
-    n = report.totals.num_points
-    if n < 1:
-        raise UserError(f"report {report.short_label()!r} does not record how many points it tracked, so its "
-                        "cost cannot be counted")
-    rng = np.random.default_rng(CONSTRUCTED_SEED)
-    xy = rng.uniform(0.0, 1.0, size=(n, 2)) * [geometry.source_width - 1, geometry.source_height - 1]
-    return np.column_stack([np.zeros(n), xy]).astype(np.float32)
-
-
 def count_work(report: Report, device: str = "cpu", frames: np.ndarray | None = None) -> CountedWork:
     """Count ``report``'s per-stage work: its tracker rebuilt on ``device`` and run once under the counter.
 
@@ -121,16 +75,16 @@ def count_work(report: Report, device: str = "cpu", frames: np.ndarray | None = 
     from engine.run.memory import check_host_memory, estimate_host_bytes
     from engine.trackers import load_tracker
 
-    num_frames, geometry = _shape(report)
+    num_frames, geometry = report_shape(report)
     shape = (num_frames, geometry.frame_height, geometry.frame_width)
-    queries = _queries(report, geometry)
+    queries = report_queries(report, geometry)
     config = report.config
     name = config.tracker
     check_host_memory(estimate_host_bytes(num_frames, geometry.frame_width, geometry.frame_height, len(queries),
                                           name), f"counting the cost of {report.short_label()!r}")
     inputs = INPUTS_VIDEO
     if frames is None or tuple(np.shape(frames)[:3]) != shape:
-        frames = _video_frames(report, num_frames, geometry)
+        frames = report_video_frames(report, num_frames, geometry)
     if frames is None:
         frames, inputs = constructed_frames(*shape), INPUTS_CONSTRUCTED
     resolved = str(resolve_device(device))
@@ -187,6 +141,14 @@ def with_counted_work(report: Report, device: str = "cpu", frames: np.ndarray | 
 
 
 
+def ready_for_whatif(report: Report, device: str = "cpu") -> Report:
+    """``report`` with what a what-if needs: warm runs (timed on its own device when it has only a cold run,
+    engine.workflows.warm_runs) and its work (counted on ``device`` when it has none)."""
+    from engine.workflows.warm_runs import with_warm_runs
+
+    return with_counted_work(with_warm_runs(report), device=device)
+
+
 # -- in a child process ------------------------------------------------------------------------------------
 #: how the child process names itself on stderr; the parent takes the line after it as the reason
 CHILD_PREFIX = "trackscope count: error: "
@@ -218,7 +180,8 @@ class CountProcess:
             proc.kill()
 
     def run(self, report: Report) -> Report:
-        """``report`` with its work counted in the child (as it is when it has some); UserError on failure."""
+        """``report`` with its work counted in the child (as it is when it has some and warm runs), and warm runs
+        timed there when it has only a cold run; UserError on failure."""
         import os
         import subprocess
         import sys
@@ -226,7 +189,7 @@ class CountProcess:
 
         from engine.report.files import load_report, save
 
-        if report.work:
+        if report.work and not is_cold_only(report):
             return report
         with tempfile.TemporaryDirectory(prefix="trackscope-count-") as folder:
             source, target = Path(folder) / "report.json", Path(folder) / "counted.json"
@@ -264,7 +227,10 @@ def _child_reason(stderr: str, code: int, stopped: bool) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m engine.workflows.count REPORT.json OUT.json [--device D]``: the child's side."""
+    """``python -m engine.workflows.count REPORT.json OUT.json [--device D]``: the child's side.
+
+    A report with only a cold run has warm runs timed first, on its own device (engine.workflows.warm_runs):
+    the what-if needs them, and the child is on the same machine as the app."""
     import argparse
     import sys
 
@@ -276,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
     try:
-        save(with_counted_work(load_report(args.report), device=args.device), args.out)
+        save(ready_for_whatif(load_report(args.report), device=args.device), args.out)
     except UserError as exc:
         print(f"{CHILD_PREFIX}{exc}", file=sys.stderr)
         return 2

@@ -36,7 +36,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.api import Analysis, Report, UserError, analyse, project_by_batch, specs, whatif_mode_label
+from engine.api import (
+    Analysis,
+    Report,
+    UserError,
+    analyse,
+    format_time_ratio,
+    project_by_batch,
+    ratio_value,
+    specs,
+    whatif_mode_label,
+)
 from gui.history import report_settings, sized_title
 from gui.widgets.tables import row_table
 from gui.widgets.text import esc, plain_label, plain_tip, rich_label
@@ -56,7 +66,8 @@ NO_FINDINGS = "no findings: nothing in this report looks wrong to the rules"
 NO_REPORT = "no report yet: run the tracker or open a report"
 NO_COST = ("no cost model in this report: trackscope bench records one (unless --no-cost), "
            "trackscope compare REPORT --what-if GPU counts one")
-COUNTING = "counting the cost model… (one pass of the tracker on the CPU, in the background)"
+COUNTING = ("counting the cost model… (one pass of the tracker on the CPU, in the background; a run that was "
+            "only cold also gets a few warm runs timed, on its own device)")
 COUNT_FAILED = "the cost model could not be counted: {}"
 COUNT_WAITING = "the cost model is counted when the tracking run ends (a counted pass would skew its timings)"
 #: the findings' column naming the report of a finding (a bench file's several)
@@ -352,11 +363,11 @@ class DiagnosisPanel(QWidget):
             return
         self.projection = result
         observed, projected = result.get("observed_ms"), result.get("projected_ms")
-        ratio = projected / observed if observed and projected is not None else None
+        compared = format_time_ratio(projected, observed, missing="")
         self.whatif_summary.setText(
             f"{esc(result['source'])} → <b>{esc(result['target'])}</b> ({esc(whatif_mode_label(result))}): "
             f"{_ms(observed)} ms observed → <b>{_ms(projected)} ms</b> projected"
-            + (f" ({ratio:.2f}× the time)" if ratio else ""))
+            + (f" ({esc(compared)})" if compared else ""))
         stages = {name: row for name, row in (result.get("stages") or {}).items()
                   if row.get("observed_ms") is not None or row.get("projected_ms") is not None}
         self.whatif_table.setRowCount(len(stages) + 1)
@@ -398,7 +409,7 @@ class DiagnosisPanel(QWidget):
     def _set_row(self, r: int, values: tuple, bold: bool = False) -> None:
         name, bound, precision, observed, projected = values
         ratio = projected / observed if observed and projected is not None else None
-        cells = (name, bound, precision, _ms(observed), _ms(projected), f"{ratio:.2f}" if ratio else "—")
+        cells = (name, bound, precision, _ms(observed), _ms(projected), ratio_value(ratio, missing="—"))
         for c, text in enumerate(cells):
             item = QTableWidgetItem(text)
             if c >= 3:
