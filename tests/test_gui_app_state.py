@@ -179,3 +179,31 @@ def test_a_refused_precision_suggests_only_modes_this_machine_runs():
         assert isinstance(last, Failed), precision
         named = {m for m in ("fp32", "tf32", "fp16", "bf16", "int8", "fp8") if m in (last.suggestion or "")}
         assert named and all(gate(m, "cpu").runnable for m in named), (precision, last.suggestion)
+
+
+# -- item 8: text that fits ----------------------------------------------------------------------------------
+def _labels_inside(charts) -> bool:
+    view = charts.breakdown.getViewBox().sceneBoundingRect()
+    texts = charts._breakdown_items[1:]
+    return bool(texts) and all(t.mapRectToScene(t.boundingRect()).right() <= view.right() + 0.5 for t in texts)
+
+
+def test_breakdown_labels_stay_inside_when_the_charts_get_narrower(qtbot):
+    from engine.analysis.roofline import Cost, StageRoofline
+    from engine.telemetry import specs
+    from gui.widgets.charts import ChartsPanel
+
+    stages = ["backbone", "cost_volume", "refine"]
+    totals = {"backbone": 561.2, "cost_volume": 180.4, "refine": 470.9}
+    cost = Cost(stages={s: StageRoofline(1e9, 1e9, ms, pct_of_roofline=42.0, bound="compute")
+                        for s, ms in totals.items()}, spec=specs.GPUS[0])
+    charts = ChartsPanel()
+    qtbot.addWidget(charts)
+    charts.resize(900, 1000)
+    charts.show()
+    charts.set_stages(stages)
+    charts.set_breakdown(totals, cost)  # laid out at 900 px: "561.2 ms (46%) · roofline 42% (compute)"
+    qtbot.waitUntil(lambda: _labels_inside(charts), timeout=3000)
+    charts.resize(560, 1000)  # the dock made narrower (or the window of another size)
+    qtbot.waitUntil(lambda: charts.breakdown.getViewBox().width() < 500, timeout=3000)
+    qtbot.waitUntil(lambda: _labels_inside(charts), timeout=3000)
