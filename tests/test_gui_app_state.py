@@ -207,3 +207,36 @@ def test_breakdown_labels_stay_inside_when_the_charts_get_narrower(qtbot):
     charts.resize(560, 1000)  # the dock made narrower (or the window of another size)
     qtbot.waitUntil(lambda: charts.breakdown.getViewBox().width() < 500, timeout=3000)
     qtbot.waitUntil(lambda: _labels_inside(charts), timeout=3000)
+
+
+def _rect(item, vb):
+    r = item.mapRectToItem(vb, item.boundingRect())
+    return r.left(), r.top(), r.right(), r.bottom()
+
+
+def test_scatter_legend_covers_no_point_and_no_label(qtbot):
+    from gui.panels.tradeoff import TradeoffPanel
+    from gui.panels.tradeoff_parts import overlap
+    from tests.test_gui_panels import make_report
+
+    panel = TradeoffPanel()
+    qtbot.addWidget(panel)
+    panel.resize(700, 600)
+    panel.show()
+    for precision, ms, aj in (("fp32", 30.0, 0.80), ("fp16", 5.0, 0.95), ("bf16", 12.0, 0.86)):  # fp16: top left
+        report = make_report(precision, ms)
+        report["accuracy"] = {"vs": "ground truth", "aj": aj}
+        panel.add_report(report)
+    vb = panel.plot.getViewBox()
+
+    def clear_of_the_legend() -> None:
+        assert vb.width() > 100 and len(panel._labels) == 3
+        legend = _rect(panel.legend, vb)
+        (x0, x1), (y0, y1) = vb.viewRange()
+        for item, x, y in panel._labels:
+            px, py = (x - x0) / (x1 - x0) * vb.width(), (y1 - y) / (y1 - y0) * vb.height()
+            dot = (px - 6, py - 6, px + 6, py + 6)
+            assert not overlap(dot, legend), item.textItem.toPlainText()
+            assert not overlap(_rect(item, vb), legend), item.textItem.toPlainText()
+
+    qtbot.waitUntil(clear_of_the_legend, timeout=3000)
