@@ -240,3 +240,19 @@ def test_scatter_legend_covers_no_point_and_no_label(qtbot):
             assert not overlap(_rect(item, vb), legend), item.textItem.toPlainText()
 
     qtbot.waitUntil(clear_of_the_legend, timeout=3000)
+
+
+def test_the_banner_floats_under_the_tab_bar_and_moves_nothing(qtbot, window):
+    from PySide6.QtCore import QPoint
+
+    bar = window.tabs.tabBar()
+    qtbot.waitUntil(lambda: bar.isVisible() and bar.height() > 0, timeout=3000)
+    before = bar.mapTo(window, QPoint(0, 0)), window.view.mapTo(window, QPoint(0, 0))
+    window.state.post_message("a long problem " * 12, "a suggested fix that is long too " * 4, "warning")
+    banner = window.banner
+    qtbot.waitUntil(lambda: banner.isVisible() and banner.height() >= banner.heightForWidth(banner.width()) > 0,
+                    timeout=3000)  # laid out, its wrapped text whole
+    after = bar.mapTo(window, QPoint(0, 0)), window.view.mapTo(window, QPoint(0, 0))
+    assert after == before  # the tab bar and the page stay where the pointer left them
+    top_left = banner.mapTo(window, QPoint(0, 0))
+    assert top_left.y() >= bar.mapTo(window, QPoint(0, bar.height())).y()  # under the tab bar, over the page
