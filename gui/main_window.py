@@ -143,8 +143,8 @@ class MainWindow(QMainWindow):
         central = QWidget()
         lay = QVBoxLayout(central)
         lay.setContentsMargins(4, 4, 4, 4)
-        lay.addWidget(self.banner)
         lay.addWidget(self.tabs, 1)
+        self.banner.float_over(self.tabs, self.tabs.tabBar())  # over the pages: showing it moves no tab
         self.setCentralWidget(central)
         self.status_label = plain_label("No video")
         self.statusBar().addPermanentWidget(self.status_label)  # temporary messages use the left side

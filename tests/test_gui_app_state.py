@@ -179,3 +179,80 @@ def test_a_refused_precision_suggests_only_modes_this_machine_runs():
         assert isinstance(last, Failed), precision
         named = {m for m in ("fp32", "tf32", "fp16", "bf16", "int8", "fp8") if m in (last.suggestion or "")}
         assert named and all(gate(m, "cpu").runnable for m in named), (precision, last.suggestion)
+
+
+# -- item 8: text that fits ----------------------------------------------------------------------------------
+def _labels_inside(charts) -> bool:
+    view = charts.breakdown.getViewBox().sceneBoundingRect()
+    texts = charts._breakdown_items[1:]
+    return bool(texts) and all(t.mapRectToScene(t.boundingRect()).right() <= view.right() + 0.5 for t in texts)
+
+
+def test_breakdown_labels_stay_inside_when_the_charts_get_narrower(qtbot):
+    from engine.analysis.roofline import Cost, StageRoofline
+    from engine.telemetry import specs
+    from gui.widgets.charts import ChartsPanel
+
+    stages = ["backbone", "cost_volume", "refine"]
+    totals = {"backbone": 561.2, "cost_volume": 180.4, "refine": 470.9}
+    cost = Cost(stages={s: StageRoofline(1e9, 1e9, ms, pct_of_roofline=42.0, bound="compute")
+                        for s, ms in totals.items()}, spec=specs.GPUS[0])
+    charts = ChartsPanel()
+    qtbot.addWidget(charts)
+    charts.resize(900, 1000)
+    charts.show()
+    charts.set_stages(stages)
+    charts.set_breakdown(totals, cost)  # laid out at 900 px: "561.2 ms (46%) · roofline 42% (compute)"
+    qtbot.waitUntil(lambda: _labels_inside(charts), timeout=3000)
+    charts.resize(560, 1000)  # the dock made narrower (or the window of another size)
+    qtbot.waitUntil(lambda: charts.breakdown.getViewBox().width() < 500, timeout=3000)
+    qtbot.waitUntil(lambda: _labels_inside(charts), timeout=3000)
+
+
+def _rect(item, vb):
+    r = item.mapRectToItem(vb, item.boundingRect())
+    return r.left(), r.top(), r.right(), r.bottom()
+
+
+def test_scatter_legend_covers_no_point_and_no_label(qtbot):
+    from gui.panels.tradeoff import TradeoffPanel
+    from gui.panels.tradeoff_parts import overlap
+    from tests.test_gui_panels import make_report
+
+    panel = TradeoffPanel()
+    qtbot.addWidget(panel)
+    panel.resize(700, 600)
+    panel.show()
+    for precision, ms, aj in (("fp32", 30.0, 0.80), ("fp16", 5.0, 0.95), ("bf16", 12.0, 0.86)):  # fp16: top left
+        report = make_report(precision, ms)
+        report["accuracy"] = {"vs": "ground truth", "aj": aj}
+        panel.add_report(report)
+    vb = panel.plot.getViewBox()
+
+    def clear_of_the_legend() -> None:
+        assert vb.width() > 100 and len(panel._labels) == 3
+        legend = _rect(panel.legend, vb)
+        (x0, x1), (y0, y1) = vb.viewRange()
+        for item, x, y in panel._labels:
+            px, py = (x - x0) / (x1 - x0) * vb.width(), (y1 - y) / (y1 - y0) * vb.height()
+            dot = (px - 6, py - 6, px + 6, py + 6)
+            assert not overlap(dot, legend), item.textItem.toPlainText()
+            assert not overlap(_rect(item, vb), legend), item.textItem.toPlainText()
+
+    qtbot.waitUntil(clear_of_the_legend, timeout=3000)
+
+
+def test_the_banner_floats_under_the_tab_bar_and_moves_nothing(qtbot, window):
+    from PySide6.QtCore import QPoint
+
+    bar = window.tabs.tabBar()
+    qtbot.waitUntil(lambda: bar.isVisible() and bar.height() > 0, timeout=3000)
+    before = bar.mapTo(window, QPoint(0, 0)), window.view.mapTo(window, QPoint(0, 0))
+    window.state.post_message("a long problem " * 12, "a suggested fix that is long too " * 4, "warning")
+    banner = window.banner
+    qtbot.waitUntil(lambda: banner.isVisible() and banner.height() >= banner.heightForWidth(banner.width()) > 0,
+                    timeout=3000)  # laid out, its wrapped text whole
+    after = bar.mapTo(window, QPoint(0, 0)), window.view.mapTo(window, QPoint(0, 0))
+    assert after == before  # the tab bar and the page stay where the pointer left them
+    top_left = banner.mapTo(window, QPoint(0, 0))
+    assert top_left.y() >= bar.mapTo(window, QPoint(0, bar.height())).y()  # under the tab bar, over the page

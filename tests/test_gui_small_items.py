@@ -110,7 +110,7 @@ def test_fp16_on_the_cpu_gives_its_reason_once(tmp_path, capsys):
     video = tmp_path / "clip.mp4"
     write_video(video, moving_square_video(4, 32), fps=10)
     code = cli.main(["track", str(video), "--grid", "2", "--tracker", "corrtrack", "--device", "cpu", "--precision",
-                     "fp16", "--out", str(tmp_path / "t.npz")])
+                     "fp16", "--out", str(tmp_path / "t.npz")])  # LK uses no precision: it is not refused one
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("fp16 on the CPU is refused") == 1, err

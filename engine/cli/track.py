@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.core.devices import resolve_device
     from engine.io.frames import open_frames
     from engine.run.device_memory import check_run_device_memory
-    from engine.run.memory import check_host_memory, estimate_host_bytes
+    from engine.run.memory import MemoryEstimate, check_host_memory, estimate_host_bytes
     from engine.trackers import load_tracker
 
     config = config_from_args(args)
@@ -55,6 +55,13 @@ def run(args: argparse.Namespace) -> int:
     if args.max_frames is not None and args.max_frames < 1:
         raise UserError(f"--max-frames must be at least 1, got {args.max_frames}")
     queries = read_queries_csv(args.queries) if args.queries is not None else None
+
+    def host_estimate(num_frames: int, width: int, height: int, num_queries: int) -> MemoryEstimate:
+        return estimate_host_bytes(num_frames, width, height, num_queries, config.tracker,
+                                   on_cpu=resolve_device(config.device).type == "cpu",
+                                   points_per_batch=config.points_per_batch,
+                                   frames_per_batch=config.frames_per_batch, precision=config.precision)
+
     store = open_frames(args.video, budget_bytes=None, max_side=None, stop=args.max_frames)
     try:  # decoded at the reader's output size, exactly as reader.read() would: the tracks do not change
         reader_info = store.info
@@ -63,8 +70,7 @@ def run(args: argparse.Namespace) -> int:
             queries = grid_queries(args.grid, reader_info.width, reader_info.height)
         width, height = store.size
         expected = store.progress.total  # the container's count (or --max-frames)
-        check_host_memory(estimate_host_bytes(expected, width, height, len(queries), config.tracker),
-                          str(args.video))
+        check_host_memory(host_estimate(expected, width, height, len(queries)), str(args.video))
         with LiveBar(expected, "decoding", "frame") as bar:
             for step in store.decode():
                 bar.update_to(step.decoded)
@@ -74,8 +80,7 @@ def run(args: argparse.Namespace) -> int:
     frames, geometry = store.frames, store.geometry
     info = {**reader_info.to_dict(), "warnings": list(store.warnings)}
     info["num_frames"] = len(frames)
-    check_host_memory(estimate_host_bytes(len(frames), width, height, len(queries), config.tracker),
-                      str(args.video), frames_held=True)
+    check_host_memory(host_estimate(len(frames), width, height, len(queries)), str(args.video), frames_held=True)
     check_run_device_memory(config.tracker, resolve_device(config.device), str(args.video),
                             num_frames=len(frames), width=width, height=height, num_queries=len(queries),
                             points_per_batch=config.points_per_batch, frames_per_batch=config.frames_per_batch,

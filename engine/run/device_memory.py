@@ -22,6 +22,21 @@ The estimate adds up the network's big tensors (shapes from engine/trackers/corr
     plus
       workspace  WORKSPACE_BYTES[e] (cuBLAS/cuDNN workspaces, CUDA graph pools)
 
+On the CPU the same tensors live in host memory (``engine.run.memory`` adds them to the host check),
+with the GPU-only workspace left out, the frames shared with the decoded array (no upload copy) and the
+working sets measured there (process peak RSS over a run, scripts/cpu_memory.py, 11 shapes up to
+96 x 1080p and 192 x 640x360, twice):
+
+    cpu        P x 4 + features + grey
+               + the larger of
+                   backbone   T x H x W x CPU_VIDEO_BYTES_PER_PIXEL
+                              + F x (H x W x CPU_CHUNK_BYTES_PER_PIXEL + CPU_CHUNK_BYTES_PER_FRAME)
+                   batch      CPU_BATCH_SLACK x the batch term above (malloc does not hand all of a
+                              freed batch back to the next)
+
+never below the measured peak there, median 1.17x and at most 1.76x above it (small frames, where
+the fixed per-frame part dominates).
+
 The batch term dominates long runs: 1024 points x 1500 frames in fp32 is about 50 GiB. The batch term's
 tensors are checked against live tensor bytes measured on the CPU (tests/test_device_memory.py); the
 backbone and workspace constants are fitted to the allocator's peak on an H200 over 144 run shapes
@@ -51,6 +66,12 @@ SOURCE_FLOAT_COPIES = 2
 BACKBONE_BYTES_PER_FRAME = {4: 20 * 2**20, 2: 4 * 2**20}
 #: fixed device bytes by element size: cuBLAS/cuDNN workspaces and CUDA graph pools (fitted on the H200)
 WORKSPACE_BYTES = {4: 384 * 2**20, 2: 256 * 2**20}
+#: CPU working memory (fitted to the peak RSS of CPU runs, scripts/cpu_memory.py): bytes per pixel of every
+#: frame while the backbone runs, per pixel and per frame of one backbone chunk, and the batch's slack
+CPU_VIDEO_BYTES_PER_PIXEL = 4
+CPU_CHUNK_BYTES_PER_PIXEL = 18
+CPU_CHUNK_BYTES_PER_FRAME = 7 * 2**20
+CPU_BATCH_SLACK = 1.2
 FEATURE_CELLS = 64 * 64
 GREY_BYTES_PER_FRAME = 256 * 256 * 4
 #: bytes per element of the compute dtype per precision mode
@@ -97,9 +118,25 @@ def estimate_corrtrack_device_bytes(num_frames: int, width: int, height: int, nu
     return DeviceEstimate(kept, backbone, n * per_point, per_point, t)
 
 
-def estimate_for_tracker(tracker: Any, num_frames: int, width: int, height: int, num_queries: int,
-                         points_per_batch: int, frames_per_batch: int, precision: str) -> DeviceEstimate | None:
-    """The estimate for a tracker given by name or object; None for a tracker the formula does not model."""
+def estimate_corrtrack_cpu_bytes(num_frames: int, width: int, height: int, num_queries: int,
+                                 points_per_batch: int, frames_per_batch: int, precision: str = "fp32",
+                                 parameters: int = DEFAULT_PARAMETERS, feature_dim: int = DEFAULT_FEATURE_DIM,
+                                 polish: bool = True) -> int:
+    """Host bytes CorrTrack's tensors take over a run on the CPU (the 'cpu' formula of the module docstring)."""
+    e = ELEMENT_BYTES.get(precision, 4)
+    t = max(0, int(num_frames))
+    pixels = int(width) * int(height)
+    kept = parameters * 4 + t * FEATURE_CELLS * feature_dim * e + (t * GREY_BYTES_PER_FRAME if polish else 0)
+    chunk = min(max(1, int(frames_per_batch)), max(t, 1))
+    backbone = t * pixels * CPU_VIDEO_BYTES_PER_PIXEL + chunk * (pixels * CPU_CHUNK_BYTES_PER_PIXEL
+                                                                  + CPU_CHUNK_BYTES_PER_FRAME)
+    device = estimate_corrtrack_device_bytes(num_frames, width, height, num_queries, points_per_batch,
+                                             frames_per_batch, precision, parameters, feature_dim, polish)
+    return kept + max(backbone, int(CPU_BATCH_SLACK * device.batch_bytes))
+
+
+def _corrtrack_shape(tracker: Any) -> tuple[int, int, bool] | None:
+    """(parameters, feature dim, polish) of a CorrTrack given by name or object; None for another tracker."""
     name = tracker if isinstance(tracker, str) else getattr(tracker, "name", "")
     if str(name) not in CORRTRACK_NAMES:
         return None
@@ -108,9 +145,27 @@ def estimate_for_tracker(tracker: Any, num_frames: int, width: int, height: int,
     if model is not None and hasattr(model, "parameters"):
         parameters = sum(int(p.numel()) for p in model.parameters())
         feature_dim = int(getattr(getattr(model, "cfg", None), "feature_dim", feature_dim))
-    polish = bool(getattr(tracker, "polish", polish))
+    return parameters, feature_dim, bool(getattr(tracker, "polish", polish))
+
+
+def estimate_for_tracker(tracker: Any, num_frames: int, width: int, height: int, num_queries: int,
+                         points_per_batch: int, frames_per_batch: int, precision: str) -> DeviceEstimate | None:
+    """The estimate for a tracker given by name or object; None for a tracker the formula does not model."""
+    shape = _corrtrack_shape(tracker)
+    if shape is None:
+        return None
     return estimate_corrtrack_device_bytes(num_frames, width, height, num_queries, points_per_batch,
-                                           frames_per_batch, precision, parameters, feature_dim, polish)
+                                           frames_per_batch, precision, *shape)
+
+
+def cpu_bytes_for_tracker(tracker: Any, num_frames: int, width: int, height: int, num_queries: int,
+                          points_per_batch: int, frames_per_batch: int, precision: str) -> int | None:
+    """Host bytes of the tracker's tensors in a CPU run; None for a tracker the formula does not model."""
+    shape = _corrtrack_shape(tracker)
+    if shape is None:
+        return None
+    return estimate_corrtrack_cpu_bytes(num_frames, width, height, num_queries, points_per_batch,
+                                        frames_per_batch, precision, *shape)
 
 
 def free_device_bytes(device: Any) -> int | None:

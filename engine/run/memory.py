@@ -1,9 +1,13 @@
 """Host memory a run needs, estimated before it starts, and a clear refusal when it cannot fit.
 
-The estimate is the decoded frames (uint8 RGB) plus the tracker's working memory per frame plus the
-session's track arrays. Working memory per frame is measured per tracker (CorrTrack: about 1.8 MB per
-frame whatever the frame size, issue 13); a tracker not in the table may say its own with a
-``host_bytes_per_frame`` attribute, else only its frames are counted. The CLI calls ``check_host_memory``
+The estimate is the decoded frames (uint8 RGB) plus the tracker's working memory plus the session's
+track arrays. Working memory per frame is measured per tracker (CorrTrack: about 1.8 MB per frame
+whatever the frame size, issue 13); a tracker not in the table may say its own with a
+``host_bytes_per_frame`` attribute, else only its frames are counted. A CorrTrack run on the CPU holds
+its tensors in host memory too (features, the correlation pyramid of a batch of points, the backbone's
+working set: ``engine.run.device_memory``'s cpu formula, which grows with points x frames and the frame
+size); the larger of the two is its working memory (issue 20: 500 frames of 1080p with 256 points
+was estimated at 0.9 GB and peaked at 6.19 GB). The CLI calls ``check_host_memory``
 before decoding (on the container's count) and again once the frames are in memory; the app can call it
 the same way.
 """
@@ -13,7 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from engine.core.config import DEFAULT_FRAMES_PER_BATCH
 from engine.core.errors import UserError
+from engine.run.device_memory import cpu_bytes_for_tracker
 
 #: measured host working memory per frame, bytes (issue 13: 0.75 / 2.0 / 3.8 / 7.5 GiB at 250 / 1k / 2k / 4k frames)
 TRACKER_HOST_BYTES_PER_FRAME = {
@@ -59,15 +65,29 @@ def tracker_bytes_per_frame(tracker: Any) -> int:
 
 
 def estimate_host_bytes(num_frames: int, width: int, height: int, num_queries: int = 0,
-                        tracker: Any = "corrtrack") -> MemoryEstimate:
-    """Host bytes a run of ``tracker`` over ``num_frames`` frames of width x height (as tracked) needs."""
+                        tracker: Any = "corrtrack", *, on_cpu: bool = True, points_per_batch: int | None = None,
+                        frames_per_batch: int = DEFAULT_FRAMES_PER_BATCH,
+                        precision: str = "fp32") -> MemoryEstimate:
+    """Host bytes a run of ``tracker`` over ``num_frames`` frames of width x height (as tracked) needs.
+
+    on_cpu: the tracker runs on the CPU, so its tensors (CorrTrack's features, correlation pyramid, backbone
+    activations: ``engine.run.device_memory``'s terms) live in host memory too; points_per_batch: the
+    batch size (the query count when not given)."""
     num_frames = max(0, int(num_frames))
+    working = num_frames * tracker_bytes_per_frame(tracker)
+    if on_cpu:
+        ppb = max(1, int(points_per_batch if points_per_batch is not None else max(1, num_queries)))
+        tensors = cpu_bytes_for_tracker(tracker, num_frames, width, height, max(1, int(num_queries)), ppb,
+                                        frames_per_batch, precision)
+        if tensors is not None:
+            working = max(working, tensors)
     return MemoryEstimate(
         num_frames=num_frames,
         frames_bytes=num_frames * int(width) * int(height) * FRAME_BYTES_PER_PIXEL,
-        working_bytes=num_frames * tracker_bytes_per_frame(tracker),
+        working_bytes=working,
         tracks_bytes=num_frames * max(0, int(num_queries)) * TRACK_BYTES_PER_POINT_FRAME,
     )
+
 
 
 def available_host_bytes() -> int | None:

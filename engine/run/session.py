@@ -225,7 +225,9 @@ class Session:
         recipe = _quant_recipe(tracker, config.precision, device) if uses_precision else {}
         n = len(self.queries)
         # before any work (the app's runs; the CLI checked once already, before decoding)
-        check_host_memory(estimate_host_bytes(num_frames, geometry.frame_width, geometry.frame_height, n, tracker),
+        check_host_memory(estimate_host_bytes(num_frames, geometry.frame_width, geometry.frame_height, n, tracker,
+                                              on_cpu=device.type == "cpu", points_per_batch=config.points_per_batch,
+                                              frames_per_batch=config.frames_per_batch, precision=config.precision),
                           "this run", frames_held=True)
         check_run_device_memory(tracker, device, "this run", num_frames=num_frames, width=geometry.source_width,
                                 height=geometry.source_height, num_queries=n,

@@ -80,6 +80,9 @@ MARKER_HALF_PX = SYMBOL_SIZE / 2 + 1  # labels keep off every dot
 TABLE_MAX_SHARE = 0.5  # the table never takes more of the height than this
 TABLE_SLACK_PX = 24  # room for a horizontal scroll bar under the rows
 NEAR_SPOTS = 8  # the first spots tried touch the dot; a label further away gets a leader line
+LEGEND_MARGIN_PX = 10  # the legend keeps this far from the plot's edges
+#: corners the legend may take, (x, y) as fractions of the plot: the first that covers no dot is used
+LEGEND_CORNERS = ((0, 0), (1, 0), (0, 1), (1, 1))
 #: columns hidden (and named once above the table) when every row has the same value
 CONSTANT_COLUMNS = ("video", "tracker", "machine", "points/batch", "frames/batch", "runs")
 ALL_VIDEOS = "All videos"
@@ -391,6 +394,8 @@ class TradeoffPanel(QWidget):
         dots = [to_px(x, y) for _, x, y in self._labels]
         taken = [(px - MARKER_HALF_PX, py - MARKER_HALF_PX, px + MARKER_HALF_PX, py + MARKER_HALF_PX)
                  for px, py in dots]
+        legend = self._place_legend(taken, width, height)
+        taken.append(legend)  # labels keep off the legend too
         for (item, x, y), (px, py) in zip(self._labels, dots):
             box = item.textItem.boundingRect()
             tw, th = box.width(), box.height()
@@ -415,6 +420,27 @@ class TradeoffPanel(QWidget):
                 line = pg.PlotCurveItem([x, end[0]], [y, end[1]], pen=pg.mkPen(colour, width=1))
                 self.plot.addItem(line, ignoreBounds=True)
                 self._leaders.append(line)
+
+    def _place_legend(self, dots: list[tuple[float, float, float, float]], width: float,
+                      height: float) -> tuple[float, float, float, float]:
+        """Put the legend in the first corner where it covers no dot (else the one covering fewest); its
+        rectangle in the plot's pixels."""
+        box = self.legend.boundingRect()
+        w, h, m = box.width(), box.height(), LEGEND_MARGIN_PX
+        best: tuple[int, tuple[int, int], tuple[float, float, float, float]] | None = None
+        for cx, cy in LEGEND_CORNERS:
+            left = m if cx == 0 else width - m - w
+            top = m if cy == 0 else height - m - h
+            rect = (left, top, left + w, top + h)
+            covered = sum(overlap(rect, dot) for dot in dots)
+            if best is None or covered < best[0]:
+                best = (covered, (cx, cy), rect)
+            if covered == 0:
+                break
+        assert best is not None
+        (cx, cy), rect = best[1], best[2]
+        self.legend.anchor(itemPos=(cx, cy), parentPos=(cx, cy), offset=(m if cx == 0 else -m, m if cy == 0 else -m))
+        return rect
 
     def _set_ranges(self, axis: str, all_ms: list[float], all_y: list[float]) -> None:
         """Fixed ranges: every point and its label inside, never a sliver of a range when values tie."""

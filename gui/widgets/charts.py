@@ -37,6 +37,8 @@ BREAKDOWN_TITLE_SIZE = "10pt"  # a little above the time plots' 9pt; titles set 
 #: the breakdown's x range reaches past the longest bar by these factors: room for its value label
 LABEL_ROOM = 1.5
 LABEL_ROOM_ROOFLINE = 2.1
+LABEL_MARGIN_PX = 6  # between a value label's end and the breakdown's right edge
+MIN_BAR_SHARE = 0.3  # the longest bar keeps at least this share of the view's width, however long its label
 #: replays: a cold first run this many times the tallest warm batch is clipped (labelled) so the warm ones show
 COLD_CLIP_RATIO = 3.0
 WARM_HEADROOM = 1.6  # the stage axis then reaches this factor above the tallest warm batch
@@ -165,6 +167,9 @@ class ChartsPanel(QWidget):
         self.breakdown.getAxis("left").setStyle(tickLength=0)
         self.breakdown.getViewBox().invertY(True)  # stages top to bottom in the order they run
         self.breakdown.setLabel("bottom", "ms")
+        self._breakdown_ms: np.ndarray = np.zeros(0)  # the bars' ms, top to bottom
+        self._breakdown_roofline = False  # the labels name the roofline share (longer)
+        self.breakdown.getViewBox().sigResized.connect(self._fit_breakdown_labels)
         _unlink_hidden_axes(self.breakdown)
         self._cold_label = pg.TextItem("", color=(60, 60, 60), anchor=(0, 0), fill=(255, 255, 255, 215))
 
@@ -544,10 +549,20 @@ class ChartsPanel(QWidget):
         for i, (text, label) in enumerate(zip(texts, labels)):
             text.setText(label, color=(20, 20, 20))
             text.setPos(float(ms[i]), i)  # right of its bar: never over a coloured bar
-        top = float(ms.max()) * (LABEL_ROOM_ROOFLINE if roofline else LABEL_ROOM)
+        self._breakdown_ms, self._breakdown_roofline = ms, roofline
+        self._fit_breakdown_labels()
+
+    def _fit_breakdown_labels(self) -> None:
+        """Set the breakdown's x range so every value label fits right of its bar in the view's width now;
+        called again when the view is resized (a label measured at one width was cut at another)."""
+        ms, texts = self._breakdown_ms, self._breakdown_items[1:]
+        if len(ms) == 0 or len(texts) != len(ms):
+            return
+        top = float(ms.max()) * (LABEL_ROOM_ROOFLINE if self._breakdown_roofline else LABEL_ROOM)
         view_px = self.breakdown.getViewBox().width()
         if view_px > 100:  # laid out: leave each label the pixels it needs right of its bar
-            top = max(float(ms[i]) * view_px / max(view_px - t.textItem.boundingRect().width() - 6, 0.3 * view_px)
+            top = max(float(ms[i]) * view_px / max(view_px - t.textItem.boundingRect().width() - LABEL_MARGIN_PX,
+                                                   MIN_BAR_SHARE * view_px)
                       for i, t in enumerate(texts))
         if not (top <= self._breakdown_top <= 2 * top):
             self._breakdown_top = top
