@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.api import Analysis, Report, UserError, analyse, project, specs, whatif_mode_label
+from engine.api import Analysis, Report, UserError, analyse, ms_value, project, specs, whatif_mode_label
 from gui.widgets.tables import row_table
 from gui.widgets.text import esc, plain_label, plain_tip, rich_label
 
@@ -112,9 +112,8 @@ def wrap_to_width(text: str, metrics: QFontMetrics, width_px: int) -> str:
 
 
 def _ms(value: float | None) -> str:
-    if value is None:
-        return "—"
-    return f"{value:.3g}" if value < 1 else f"{value:.1f}" if value < 1e4 else f"{value:,.0f}"
+    """A time in ms as engine.api.ms_value writes it, "—" when missing."""
+    return ms_value(value, missing="—")
 
 
 class DiagnosisPanel(QWidget):
