@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import logging.handlers
 import os
 import sys
 from collections.abc import Mapping
@@ -15,6 +17,7 @@ from gui.platform_libs import platform_problem
 HEADLESS_PLATFORMS = ("offscreen", "minimal", "minimalegl", "vnc", "linuxfb", "eglfs", "vkkhrdisplay")
 X11_SOCKET_DIR = "/tmp/.X11-unix"
 UNIX_SOCKETS = Path("/proc/net/unix")  # lists path and abstract sockets: where an X server listens
+log = logging.getLogger(__name__)
 NO_DISPLAY_HINT = ("open it in a desktop session or under xvfb-run (xvfb-run trackscope), "
                    "or headless with QT_QPA_PLATFORM=offscreen and --screenshot")
 
@@ -72,6 +75,38 @@ def _config_from_args(args: argparse.Namespace, settings):
     return config, settings.notes + notes + arg_notes
 
 
+#: the app's log file (INFO and above) in its cache folder, rotated at this size, one old file kept
+LOG_FILE_NAME = "trackscope.log"
+LOG_FILE_MAX_BYTES = 2 * 2**20
+LOG_FILE_BACKUPS = 1
+
+
+def open_log_file(folder: str | Path) -> logging.Handler | None:
+    """A rotating INFO log file in ``folder`` (made when missing), added to the root logger; None, with a
+    warning on stderr, when it cannot be written (the app runs without it)."""
+    path = Path(folder) / LOG_FILE_NAME
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.handlers.RotatingFileHandler(path, maxBytes=LOG_FILE_MAX_BYTES,
+                                                       backupCount=LOG_FILE_BACKUPS, encoding="utf-8")
+    except OSError as exc:
+        log.warning("no log file %s: %s", path, exc.strerror or exc)
+        return None
+    handler.setLevel(logging.INFO)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    if root.level > logging.INFO:
+        root.setLevel(logging.INFO)  # the stderr handler keeps its own level (warnings unless -v)
+    return handler
+
+
+def close_log_file(handler: logging.Handler | None) -> None:
+    if handler is not None:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+
+
 def _size(text: str) -> tuple[int, int]:
     """'1500x900' -> (1500, 900); UserError when malformed."""
     w, _, h = text.lower().partition("x")
@@ -99,11 +134,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Open the window; returns the Qt exit code."""
-    from PySide6.QtCore import QTimer
+    """Open the window; returns the Qt exit code. The log goes to stderr (the CLI's handler: warnings, or
+    more with -v) and, from INFO, to LOG_FILE_NAME in the app's cache folder (~/.cache/trackscope/trackscope
+    on Linux)."""
+    from PySide6.QtCore import QStandardPaths
     from PySide6.QtWidgets import QApplication
 
-    from gui.main_window import MainWindow
     from gui.settings import Settings
 
     if args.path is not None and not Path(args.path).exists():
@@ -123,6 +159,19 @@ def run(args: argparse.Namespace) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setOrganizationName("trackscope")
     app.setApplicationName("trackscope")
+    log_file = open_log_file(QStandardPaths.writableLocation(QStandardPaths.StandardLocation.CacheLocation))
+    try:
+        return _open_window(args, app, config, notes, settings)
+    finally:
+        close_log_file(log_file)
+
+
+def _open_window(args: argparse.Namespace, app, config, notes: list[str], settings) -> int:
+    """The window on ``app`` until it closes; the Qt exit code."""
+    from PySide6.QtCore import QTimer
+
+    from gui.main_window import MainWindow
+
     window = MainWindow(config=config, settings=settings)
     if notes:
         window.show_message("; ".join(notes), level="warning")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,8 @@ from gui.widgets.banner import MessageBanner
 from gui.widgets.charts import ChartsPanel
 from gui.widgets.text import plain_label
 from gui.widgets.video_view import VideoView
+
+log = logging.getLogger(__name__)
 
 MESSAGE_MS = 10_000  # how long a problem stays in the status bar
 _heap_frozen = False  # whether freeze_startup_heap() has run in this process
@@ -153,6 +156,7 @@ class MainWindow(QMainWindow):
         try:
             panel = panel_cls()
         except Exception as exc:  # a broken panel must not take the window down
+            log.exception("the %s panel failed to load", title)
             self.banner.show_message(f"the {title} panel failed to load: {exc}", level="warning")
             return None
         self.tabs.addTab(panel, title)
@@ -276,6 +280,7 @@ class MainWindow(QMainWindow):
             sampler.start()
             return sampler
         except Exception as exc:  # telemetry is never fatal
+            log.warning("telemetry unavailable", exc_info=exc)
             self.banner.show_message(f"telemetry unavailable: {exc}", level="warning")
             return None
 
@@ -492,7 +497,7 @@ class MainWindow(QMainWindow):
             try:
                 self.sampler.stop()
             except Exception:  # noqa: BLE001 - shutting down regardless
-                pass
+                log.debug("the telemetry sampler failed to stop", exc_info=True)
         self.settings.set_config(self.toggles.config())
         self.settings.save_window(self.saveGeometry(), self.saveState())
         self.settings.sync()

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import logging
 import os
 import re
 import shutil
 import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 #: the shared libraries Qt 6's xcb plugin links from the system (ldd of PySide6 6.11's libqxcb.so), and
 #: the Debian/Ubuntu package of each: without ldd, these are the ones tried
@@ -141,6 +144,7 @@ def platform_problem(env: Mapping[str, str] | None = None, platform: str | None 
             return None
         missing = missing_libraries(ldd(plugin), loads)
     except Exception:  # noqa: BLE001 - the check must never be what stops the app
+        log.debug("the Qt platform library check failed; Qt will tell", exc_info=True)
         return None
     if not missing:
         return None

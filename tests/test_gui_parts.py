@@ -179,7 +179,9 @@ def test_charts_stage_bars_and_markers(qtbot):
     charts.set_cost(Cost({"backbone": StageRoofline(1e9, 1e9, 60.0, pct_of_roofline=41.0, bound="memory")},
                          specs.cpu_spec()))
     assert charts.stage_totals() == {"backbone": 80.0, "refine": 55.0}
-    qtbot.wait(int(3000 / POLL_HZ))
+    ticks: list[int] = []
+    charts._timer.timeout.connect(lambda: ticks.append(1))  # after the charts' own poll
+    qtbot.waitUntil(lambda: len(ticks) >= 3, timeout=10_000)  # the drawing tick ran, three times
     assert charts._stage_bars == {} and charts._breakdown_items == []  # hidden charts draw nothing
     charts.show()
     qtbot.waitUntil(lambda: len(charts._stage_bars) == 2 and bool(charts._breakdown_items), timeout=2000)

@@ -19,6 +19,7 @@ from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult
 from gui.main_window import MainWindow  # noqa: E402
 from gui.settings import Settings  # noqa: E402
 from tests.helpers import moving_square_video  # noqa: E402
+from tests.qt_waits import wait_posted_events_delivered, wait_without_events  # noqa: E402
 
 RUN_TIMEOUT_MS = 20_000
 SLOW_BATCH_S = 0.05
@@ -306,9 +307,10 @@ def test_events_queued_before_a_new_video_do_not_reach_it(qtbot, settings):
     w.set_video(moving_square_video(8, 48), fps=10.0)
     w.start_run()
     qtbot.waitUntil(lambda: w.batches_seen >= 2, timeout=RUN_TIMEOUT_MS)
-    time.sleep(0.3)  # the worker queues more batches that the GUI thread has not handled yet
-    w.set_video(moving_square_video(12, 64), fps=10.0)
-    qtbot.wait(200)
+    worker = w.controller._handle.worker
+    wait_without_events(lambda: worker._in_flight >= 2, "the worker queueing two batches the GUI has not handled")
+    w.set_video(moving_square_video(12, 64), fps=10.0)  # stops and joins the run: its events are all posted
+    wait_posted_events_delivered(qtbot)  # ...and now delivered (to be dropped)
     assert w.current is None and len(w.charts._batches) == 0
     w.close()
 

@@ -1,14 +1,17 @@
 """The architecture, enforced: import-linter's contracts (pyproject.toml [tool.importlinter]) hold,
-no engine module names gui/Qt in a string import, and no import cycle joins engine modules."""
+no engine module names gui/Qt in a string import, no import cycle joins engine modules, and mypy is
+clean on engine/ and gui/."""
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import grimp
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINE = ROOT / "engine"
@@ -17,6 +20,15 @@ QT_OR_APP = ("gui", "PySide6", "PyQt5", "PyQt6", "pyqtgraph", "shiboken6")
 #: module-level import cycles between engine modules that exist today, each with why it may stay.
 #: Any other cycle, or a module joining one of these, fails test_no_import_cycles_between_engine_modules.
 ALLOWED_CYCLES: dict[frozenset[str], str] = {}
+
+
+def test_mypy_is_clean_on_engine_and_gui():
+    """The type check is part of the test command (per-module exceptions for gui/ in pyproject.toml)."""
+    if importlib.util.find_spec("mypy") is None:
+        pytest.skip("mypy is not installed (pip install -e '.[test]')")
+    res = subprocess.run([sys.executable, "-m", "mypy", "engine", "gui"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=900)
+    assert res.returncode == 0, f"mypy found errors:\n{res.stdout[-6000:]}\n{res.stderr[-2000:]}"
 
 
 def test_import_linter_contracts_are_kept():

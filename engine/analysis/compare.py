@@ -14,6 +14,7 @@ from typing import Any
 
 from engine.analysis.analyse import Analysis, analyse
 from engine.analysis.whatif import _table
+from engine.core.units import ms_value
 from engine.report.schema import Report, as_report
 
 #: observed / explained beyond this factor (or below its inverse) flags a stage
@@ -98,12 +99,6 @@ def _fx(value: float | None) -> str:
     return f"{value:.3g}x" if value < 100 else f"{value:.0f}x"
 
 
-def _fms(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.3g}" if value < 10 else f"{value:.1f}"
-
-
 def _format_findings(title: str, findings: list[dict[str, Any]]) -> list[str]:
     lines = [f"findings {title}:"]
     if not findings:
@@ -117,20 +112,20 @@ def _format_findings(title: str, findings: list[dict[str, Any]]) -> list[str]:
 
 def format_compare(result: dict[str, Any]) -> str:
     """Aligned text table of a comparison, then both reports' findings (today's, then recorded-only ones)."""
-    lines = [f"A: {result['a']['label']}  ({_fms(result['a']['total_ms'])} ms per run)",
-             f"B: {result['b']['label']}  ({_fms(result['b']['total_ms'])} ms per run)", ""]
+    lines = [f"A: {result['a']['label']}  ({ms_value(result['a']['total_ms'])} ms per run)",
+             f"B: {result['b']['label']}  ({ms_value(result['b']['total_ms'])} ms per run)", ""]
     rows = [("stage", "A ms", "B ms", "B/A observed", "B/A specs", "bound A/B", "flag")]
     for r in result["stages"]:
         flag = ""
         if r["flag"] == "B":
-            flag = f"<< B {_fx(r['beyond_specs'])} slower than specs explain (+{_fms(r['excess_ms'])} ms)"
+            flag = f"<< B {_fx(r['beyond_specs'])} slower than specs explain (+{ms_value(r['excess_ms'])} ms)"
         elif r["flag"] == "A":
-            flag = f"<< A {_fx(1.0 / r['beyond_specs'])} slower than specs explain (+{_fms(r['excess_ms'])} ms)"
+            flag = f"<< A {_fx(1.0 / r['beyond_specs'])} slower than specs explain (+{ms_value(r['excess_ms'])} ms)"
         bounds = f"{r['bound_a'] or '-'}/{r['bound_b'] or '-'}"
-        rows.append((r["stage"], _fms(r["ms_a"]), _fms(r["ms_b"]), _fx(r["observed_ratio"]),
+        rows.append((r["stage"], ms_value(r["ms_a"]), ms_value(r["ms_b"]), _fx(r["observed_ratio"]),
                      _fx(r["explained_ratio"]), bounds, flag))
     t = result["total"]
-    rows.append(("total", _fms(t["ms_a"]), _fms(t["ms_b"]), _fx(t["observed_ratio"]), _fx(t["explained_ratio"]),
+    rows.append(("total", ms_value(t["ms_a"]), ms_value(t["ms_b"]), _fx(t["observed_ratio"]), _fx(t["explained_ratio"]),
                  "", ""))
     lines.extend(_table(rows))
     lines.append("")

@@ -5,7 +5,7 @@ The host running out of memory (MemoryError) and a write the disk refuses (full,
 limit) are exit 2 with one line, never a traceback. Standard output closed under the command (a plugin
 that closes ``sys.stdout`` or file descriptor 1) is exit 2 with one line on stderr saying the output was
 lost; a reader that leaves a pipe early (``trackscope ... | head``) is exit 0, quietly.
-``-v`` (INFO) and ``-vv`` (DEBUG) before the verb show the engine's log on stderr; without it, warnings.
+Every verb takes ``-v`` (INFO) and ``-vv`` (DEBUG): the log on stderr (``engine.core.logs``); without it, warnings.
 Subcommands owned by other modules expose ``add_arguments(parser)`` and ``run(args) -> int``.
 Verbs owned outside the engine (the app's ``gui``) are found through the ``trackscope.commands``
 entry point group (pyproject.toml), so the engine names no app module.
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import NoReturn, Sequence
 
 from engine.core.errors import UserError
+from engine.core.logs import stderr_logging
 from engine.core.outputs import is_write_error
 
 #: subcommand -> (module, one-line help); each module has add_arguments(parser) and run(args)
@@ -71,6 +72,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             continue
         module = importlib.import_module(module_name)
         module.add_arguments(p)
+        p.add_argument("-v", "--verbose", action="count", default=0,
+                       help="show the log: -v informational messages, -vv debugging ones too (default: warnings)")
         p.set_defaults(_module=module)
     return parser
 
@@ -102,7 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"trackscope: cannot start {command or 'trackscope'}: {exc}", file=sys.stderr)
         return 1
     args = parser.parse_args(argv)
-    code = _run(args)
+    with stderr_logging(getattr(args, "verbose", 0)):
+        code = _run(args)
     if own_command:  # threads a plugin left cannot hold the process (a caller's own threads are its own)
         exit_past_lingering_threads(code)
     return code

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import threading
 from importlib import metadata
 from typing import Callable
@@ -10,6 +11,8 @@ from typing import Callable
 from engine.core.errors import TrackerError
 from engine.trackers.base import Tracker
 from engine.trackers.guard import call_plugin
+
+log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "trackscope.trackers"
 
@@ -42,7 +45,7 @@ def available_trackers() -> list[str]:
     try:
         names += [ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)]
     except Exception:  # a broken distribution must not hide the built-ins
-        pass
+        log.info("installed tracker entry points could not be listed", exc_info=True)
     return names
 
 

@@ -13,6 +13,7 @@ the child at once.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -20,6 +21,8 @@ from PySide6.QtCore import QObject, QThread, Signal
 
 from engine.api import Analysis, CountProcess, Report, UserError, analyse
 from gui.worker import GeneratorWorker, WorkerHandle, start_worker
+
+log = logging.getLogger(__name__)
 
 COUNT_THREAD_NAME = "trackscope-cost-count"
 #: where the cost model is counted: the CPU, so a GPU run in progress is never disturbed
@@ -45,6 +48,7 @@ def count_report(report: Report, process: Any) -> Counted:
     except UserError as exc:
         return Counted(report, error=str(exc))
     except Exception as exc:  # noqa: BLE001 - a tracker's own failure is shown, not raised into the thread
+        log.warning("counting the work of a report failed", exc_info=exc)
         return Counted(report, error=f"{type(exc).__name__}: {exc}")
 
 

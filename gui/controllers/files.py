@@ -1,7 +1,7 @@
 """What comes in: videos, queries and reports (menu, recent files, drag and drop), and comparisons.
 
 Every change goes into the ``AppState``; the widgets that show it subscribe to its signals. Reports and
-bench files are opened by the report half of the controller, ``gui.controllers.reports.ReportOpening``.
+bench files are opened by the report half of the controller, ``gui.controllers.reports.ReportOpener``.
 Problems are posted as messages to the state (the window shows them in its banner), never raised to Qt.
 """
 
@@ -30,7 +30,7 @@ from engine.api import (
     queries_sidecar,
     read_queries_csv,
 )
-from gui.controllers.reports import ReportOpening, read_in_background
+from gui.controllers.reports import ReportOpener, is_large_report
 from gui.model import RunData
 from gui.settings import Settings
 from gui.state import AppState
@@ -61,7 +61,7 @@ def sidecar_ground_truth(video: Path) -> dict[str, np.ndarray] | None:
         return None
 
 
-class FileController(ReportOpening, QObject):
+class FileController(QObject):
     """Opens files into the state and edits the queries; ``is_running`` guards changes during a run."""
 
     def __init__(self, state: AppState, settings: Settings, parent: QWidget, is_running: Callable[[], bool],
@@ -78,8 +78,8 @@ class FileController(ReportOpening, QObject):
         self._decoding_store: FrameStore | None = None  # what it decodes
         self._ending: list[WorkerHandle] = []  # decoders that are done, until their threads have ended
         self._decoding_path: tuple[Path, np.ndarray | None] = (Path(), None)  # what the decoder opens
-        self._report_reader: WorkerHandle | None = None  # the worker reading a large report
-        self._report_path = Path()  # what it reads
+        self.reports = ReportOpener(state, settings, open_video=self.open_video, set_video=self.set_video,
+                                    parent=self)
 
     # -- opening -------------------------------------------------------------------------------------
     def load_path(self, path: str | Path) -> bool:
@@ -88,10 +88,10 @@ class FileController(ReportOpening, QObject):
         try:
             suffix = path.suffix.lower()
             if suffix in REPORT_SUFFIXES:
-                if read_in_background(path):
-                    self._read_report_in_background(path)  # listed in the recent files once it has opened
+                if is_large_report(path):
+                    self.reports.read_in_background(path)  # listed in the recent files once it has opened
                     return True
-                self.open_report(path)
+                self.reports.open_report(path)
             elif suffix in QUERY_SUFFIXES:
                 self.set_queries(self.csv_queries(path))
                 return True
@@ -224,6 +224,12 @@ class FileController(ReportOpening, QObject):
             self._ending.remove(handle)
             handle.delete_later()
 
+    @property
+    def lingering(self) -> int:
+        """Worker threads of this controller (decoders, report readers) still running after they were told
+        to stop."""
+        return sum(1 for h in self._ending if h.running) + self.reports.lingering
+
     def _decoded(self, store: FrameStore) -> None:
         """Decoding ended (all frames, or the first N at a truncated stream)."""
         store.close()
@@ -249,7 +255,7 @@ class FileController(ReportOpening, QObject):
     def stop_decoding(self) -> None:
         """End the background decoding, if any, and wait for its thread (opening another video, closing); a
         report being read is forgotten too."""
-        self.stop_reading_report()
+        self.reports.stop_reading_report()
         handle, self._decoder = self._decoder, None
         if handle is not None:
             handle.join()
@@ -355,7 +361,7 @@ class FileController(ReportOpening, QObject):
         if self.state.current is None:
             self.state.post_message("no run to compare", "run the tracker first", "info")
             return False
-        self.add_report_entry(report, other, str(path), analyse(report))  # a report opened: in the history too
+        self.reports.add_report_entry(report, other, str(path), analyse(report))  # a report opened: in the history too
         self.state.compare(self.state.current, other)
         return True
 

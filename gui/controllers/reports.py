@@ -1,17 +1,20 @@
 """Opening reports and bench files: read (in a worker when large), analysed, replayed, listed in the history.
 
-``ReportOpening`` is the report half of ``gui.controllers.files.FileController`` (a mixin: it uses the
-controller's state, settings and video opening). Each report opened (each report of a bench file) becomes
+``ReportOpener`` is the report half of ``gui.controllers.files.FileController``: a collaborator the
+controller holds, given the state, the settings and the two video calls it needs (``open_video``,
+``set_video``), with its own worker bookkeeping. Each report opened (each report of a bench file) becomes
 an entry of the run history, with the analysis of its whole file (a bench's growth across batch sizes
 included). A report never selects a plugin tracker. Problems are posted as messages, never raised to Qt.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from PySide6.QtCore import QObject
 
 from engine.api import (
     Analysis,
@@ -37,6 +40,10 @@ ADOPTED_CONFIG = ("tracker", "precision", "points_per_batch", "frames_per_batch"
 #: report of hundreds of MB held the window for tens of seconds)
 OPEN_REPORT_IN_PLACE_BYTES = 4 * 2**20
 REPORT_THREAD_NAME = "read-report"
+#: FileController.open_video(path, queries=..., background=...)
+OpenVideo = Callable[..., None]
+#: FileController.set_video(frames, fps=..., info=..., queries=...)
+SetVideo = Callable[..., None]
 
 
 def read_report(path: str | Path) -> Analysis:
@@ -60,27 +67,32 @@ def resolve_report_video(report_path: Path, video: ReportVideo) -> Path | None:
     return next((c for c in candidates if c.is_file()), None)
 
 
-def read_in_background(path: Path) -> bool:
+def is_large_report(path: Path) -> bool:
     """Whether ``path`` is a report file large enough to read in a worker."""
     return path.is_file() and path.stat().st_size > OPEN_REPORT_IN_PLACE_BYTES
 
 
-class ReportOpening:
-    """Report opening for the file controller (which provides state, settings, open_video, set_video, _ending,
-    _forget_ended and the worker bookkeeping)."""
+class ReportOpener(QObject):
+    """Opens reports and bench files into ``state``; the video a report names is opened through ``open_video``
+    (a path) or, when it is missing, a blank canvas through ``set_video`` (frames)."""
 
-    state: AppState
-    settings: Settings
-    _ending: list[WorkerHandle]
-    _report_reader: WorkerHandle | None
-    _report_path: Path
+    def __init__(self, state: AppState, settings: Settings, open_video: OpenVideo, set_video: SetVideo,
+                 parent: QObject | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.settings = settings
+        self._open_video = open_video
+        self._set_video = set_video
+        self._ending: list[WorkerHandle] = []  # readers that are done, until their threads have ended
+        self._report_reader: WorkerHandle | None = None  # the worker reading a large report
+        self._report_path = Path()  # what it reads
 
     def open_report(self, path: str | Path) -> None:
         """Replay a run report (of a bench file: the first with tracks): tracks, video, stage and telemetry
         charts, and findings of the whole file; every report of the file becomes a history entry."""
         self._show_report(path, read_report(path))
 
-    def _read_report_in_background(self, path: Path) -> None:
+    def read_in_background(self, path: Path) -> None:
         """Read and analyse a large report in a worker (parsing hundreds of MB would hold the window for
         seconds); it is shown when ready, its problem posted as a message."""
         self.stop_reading_report()
@@ -117,6 +129,11 @@ class ReportOpening:
         self.state.post_message(exc.message if isinstance(exc, UserError) else f"cannot open the report: {exc}",
                                 getattr(exc, "suggestion", None))
 
+    def _forget_ended(self) -> None:
+        for handle in [h for h in self._ending if not h.running]:
+            self._ending.remove(handle)
+            handle.delete_later()
+
     def _end_reader(self) -> None:
         handle, self._report_reader = self._report_reader, None
         if handle is not None:
@@ -135,7 +152,7 @@ class ReportOpening:
 
     @property
     def lingering(self) -> int:
-        """Worker threads of this controller still running after they were told to stop."""
+        """Report readers still running after they were told to stop."""
         return sum(1 for h in self._ending if h.running)
 
     def _show_report(self, path: str | Path, analysis: Analysis) -> None:
@@ -146,13 +163,13 @@ class ReportOpening:
         video = report.video
         video_path = resolve_report_video(Path(path), video)
         if video_path is not None:
-            self.open_video(video_path, queries=run.queries if run else None, background=False)  # the run goes on it
+            self._open_video(video_path, queries=run.queries if run else None, background=False)  # the run goes on it
         elif run is not None:
             if video.geometry is not None:  # a blank canvas of the decoded size, placed in source pixels
                 (w, h), info = video.geometry.frame_size, video.geometry.to_dict()
             else:
                 w, h, info = int(np.nanmax(run.tracks[..., 0])) + 2, int(np.nanmax(run.tracks[..., 1])) + 2, {}
-            self.set_video(np.zeros((run.num_frames, h, w, 3), np.uint8), fps=video.fps, info=info,
+            self._set_video(np.zeros((run.num_frames, h, w, 3), np.uint8), fps=video.fps, info=info,
                            queries=run.queries)
             self.state.post_message(f"the report's video {video.path or '(none)'} was not found: "
                                     "showing its tracks on a blank canvas", "open the video next to the report",

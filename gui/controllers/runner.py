@@ -9,6 +9,7 @@ typed signals on the GUI thread and tells the worker each was handled (the backp
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -34,6 +35,8 @@ from engine.api import (
     build_report,
 )
 from gui.worker import CLOSE_WAIT_MS, SHUTDOWN_WAIT_MS, GeneratorWorker, WorkerHandle, start_worker
+
+log = logging.getLogger(__name__)
 
 WORKER_THREAD_NAME = "trackscope-worker"
 
@@ -116,6 +119,7 @@ class SessionJob:
                                   keep_tracks=False)
             return ReportReady(report, recorder, analyse(report))
         except Exception as exc:  # the tracks are kept even if the report cannot be made
+            log.exception("could not build the run report")
             return ReportReady(f"could not build the run report: {type(exc).__name__}: {exc}", recorder)
 
     def _drive(self, session: Session) -> Generator[Any, None, bool]:

@@ -38,6 +38,7 @@ from engine.api import (
     diagnose_capture,
     forward_body,
     load_timeline,
+    ms_value,
 )
 from gui.widgets.text import plain_label
 from gui.widgets.timeline import TimelineWidget
@@ -79,7 +80,8 @@ class _TraceLoad(QRunnable):
 
 
 def _ms(value: float | None) -> str:
-    return "" if value is None else f"{value:.3f}"
+    """A time in ms as engine.api.ms_value writes it, empty when missing."""
+    return ms_value(value, missing="")
 
 
 def _item(texts: tuple[str, ...], ref: dict[str, Any]) -> QTreeWidgetItem:

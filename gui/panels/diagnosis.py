@@ -42,6 +42,7 @@ from engine.api import (
     UserError,
     analyse,
     format_time_ratio,
+    ms_value,
     project_by_batch,
     ratio_value,
     specs,
@@ -125,9 +126,8 @@ def wrap_to_width(text: str, metrics: QFontMetrics, width_px: int) -> str:
 
 
 def _ms(value: float | None) -> str:
-    if value is None:
-        return "—"
-    return f"{value:.3g}" if value < 1 else f"{value:.1f}" if value < 1e4 else f"{value:,.0f}"
+    """A time in ms as engine.api.ms_value writes it, "—" when missing."""
+    return ms_value(value, missing="—")
 
 
 def header_title(report: Report) -> str:

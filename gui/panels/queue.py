@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtWidgets import QTabWidget, QWidget
+
+log = logging.getLogger(__name__)
 
 
 class PanelQueue:
@@ -39,4 +42,5 @@ class PanelQueue:
         try:
             method(*args)
         except Exception as exc:  # a panel bug is shown, not fatal
+            log.exception("%s.%s failed", type(panel).__name__, method.__name__)
             self._on_error(f"{type(panel).__name__}.{method.__name__} failed: {type(exc).__name__}: {exc}")

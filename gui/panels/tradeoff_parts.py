@@ -7,7 +7,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QTableWidgetItem
 
-from engine.api import GIB, MIB
+from engine.api import GIB, MIB, format_ms
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 MAX_TICKS = 9
@@ -53,7 +53,8 @@ def nice_ticks(lo: float, hi: float) -> list[tuple[float, str]]:
 
 
 def fmt_ms(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1f} ms" if value >= 10 else f"{value:.2f} ms"
+    """A time as engine.api.format_ms writes it, "—" when missing."""
+    return format_ms(value, missing="—")
 
 
 def fmt_px(value: float | None) -> str:

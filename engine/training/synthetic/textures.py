@@ -7,6 +7,7 @@ is procedural.
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 from dataclasses import dataclass
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
 
 #: scikit-image sample photos per split (names of functions in skimage.data)
 TRAIN_PHOTOS = ("astronaut", "hubble_deep_field", "immunohistochemistry", "retina", "camera", "brick",
@@ -85,7 +88,8 @@ def _load_photos(names: tuple[str, ...]) -> list[tuple[str, np.ndarray]] | None:
             continue
         try:
             img = np.asarray(loader())
-        except Exception:  # a sample that needs a download (pooch) is skipped
+        except Exception as exc:  # a sample that needs a download (pooch) is skipped
+            log.debug("texture sample skipped: %s: %s", type(exc).__name__, exc)
             continue
         img = img.astype(np.float32) / (255.0 if img.dtype == np.uint8 else max(float(img.max()), 1e-6))
         if img.ndim == 2:
