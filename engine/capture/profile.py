@@ -54,6 +54,10 @@ EXPORT_ATTEMPTS = 2
 MAX_CAPTURED_OPS = 30_000
 #: the op budget reads the clock every this many ops (a clock call per op would be its own trace events)
 CLOCK_EVERY_OPS = 256
+#: the error of a capture cancelled before its profiled run
+CANCELLED = "the capture was cancelled"
+#: how often a capture's cancel flag is relayed to the session it runs, s
+CANCEL_POLL_S = 0.05
 #: seconds a profiled run may take before it is stopped (checked at every op)
 MAX_CAPTURE_SECONDS = 30.0
 
@@ -252,9 +256,10 @@ def _export(prof: Any) -> dict[str, Any]:
 class _OpBudget(TorchFunctionMode):
     """Counts the tensor ops of the profiled run; raises CaptureLimitReached at the op past the limit."""
 
-    def __init__(self, limits: CaptureLimits):
+    def __init__(self, limits: CaptureLimits, cancel: threading.Event | None = None):
         super().__init__()
         self.limits = limits
+        self.cancel = cancel
         self.ops = 0
         self.deadline = time.monotonic() + limits.max_seconds
         self.stopped: str | None = None
@@ -271,6 +276,8 @@ class _OpBudget(TorchFunctionMode):
                 self.stop(f"stopped recording at the limit of {self.limits.max_ops:,} ops")
             elif self.ops % CLOCK_EVERY_OPS == 0 and time.monotonic() > self.deadline:
                 self.stop(f"stopped recording at the limit of {self.limits.max_seconds:g} s")
+            elif self.cancel is not None and self.cancel.is_set():
+                self.stop("stopped: " + CANCELLED)
         if self.stopped is not None:
             raise CaptureLimitReached(self.stopped)
         return func(*args, **(kwargs or {}))
@@ -322,8 +329,10 @@ def capture_run(
     roots: Mapping[str, nn.Module] | None = None,
     with_stack: bool = True,
     limits: CaptureLimits | None = None,
+    cancel: threading.Event | None = None,
 ) -> CaptureResult:
-    """Time ``run_once`` once without the profiler, then capture one more run under it (within ``limits``).
+    """Time ``run_once`` once without the profiler, then capture one more run under it (within ``limits``;
+    ``cancel`` set stops the profiled run at its next op, like a limit).
 
     Raises KeyboardInterrupt when Ctrl-C (or SIGTERM) stopped the profiled run; nothing else.
     """
@@ -337,6 +346,9 @@ def capture_run(
         result.unprofiled_wall_ms = _timed(run_once, device)
     except Exception as exc:
         result.error = f"the run failed before the capture: {type(exc).__name__}: {exc}"
+        return result
+    if cancel is not None and cancel.is_set():
+        result.error = CANCELLED
         return result
     try:
         from torch.profiler import ProfilerActivity
@@ -352,7 +364,7 @@ def capture_run(
     if use_cuda:
         activities.append(ProfilerActivity.CUDA)
     for _attempt in range(EXPORT_ATTEMPTS):
-        error = _profiled_run(run_once, device, activities, paths, with_stack, result, limits)
+        error = _profiled_run(run_once, device, activities, paths, with_stack, result, _OpBudget(limits, cancel))
         if isinstance(error, KeyboardInterrupt):
             raise error
         if error is None or not isinstance(error, json.JSONDecodeError):
@@ -373,13 +385,12 @@ def capture_run(
 
 
 def _profiled_run(run_once: Callable[[], Any], device: torch.device, activities: list[Any],
-                  paths: Any, with_stack: bool, result: CaptureResult, limits: CaptureLimits) -> BaseException | None:
+                  paths: Any, with_stack: bool, result: CaptureResult, budget: _OpBudget) -> BaseException | None:
     """One run under the profiler into ``result`` (wall time, chrome trace, parsed trace); the error, if any
     (a KeyboardInterrupt when a signal stopped it)."""
     from torch.profiler import profile
 
     instrumentation = _Instrumentation(paths)
-    budget = _OpBudget(limits)
     ended_by_another = False
     try:
         with _interrupts_stop(budget) as signals, profile(activities=activities, record_shapes=True,
@@ -416,6 +427,29 @@ def _profiled_run(run_once: Callable[[], Any], device: torch.device, activities:
     return None
 
 
+@contextmanager
+def _cancel_relayed(cancel: threading.Event | None, session: Any) -> Iterator[None]:
+    """While inside: ``cancel`` set cancels ``session`` (its run ends at the next batch; a plugin call outside
+    the profiler that does not return is abandoned by engine.trackers.guard)."""
+    if cancel is None:
+        yield
+        return
+    done = threading.Event()
+
+    def relay() -> None:
+        while not done.wait(CANCEL_POLL_S):
+            if cancel.is_set():
+                session.cancel()
+                return
+
+    watcher = threading.Thread(target=relay, name="trackscope-capture-cancel", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+
+
 def tracker_roots(tracker: Any) -> dict[str, nn.Module]:
     """The module roots of a tracker: a plugin's module, or a built-in tracker's ``model``."""
     for attr in ("plugin", "model"):
@@ -432,10 +466,12 @@ def capture_session(
     device: torch.device | str | None = None,
     with_stack: bool = True,
     limits: CaptureLimits | None = None,
+    cancel: threading.Event | None = None,
 ) -> CaptureResult:
     """Capture one more warm run of a session: ``make_session()`` builds a fresh Session per run.
 
-    ``roots`` defaults to the session's tracker (plugin module or built-in model); ``device`` to the
+    ``cancel`` set ends each run at its next batch (and the profiled one at its next op). ``roots`` defaults
+    to the session's tracker (plugin module or built-in model); ``device`` to the
     session's configured device.
     """
     probe = make_session()
@@ -450,7 +486,10 @@ def capture_session(
 
     def run_once() -> None:
         session = sessions.pop() if sessions else make_session()
-        last = session.run()
+        last = None
+        with _cancel_relayed(cancel, session):
+            for event in session.events():
+                last = event
         if type(last).__name__ == "Failed":
             raise RuntimeError(getattr(last, "message", "the run failed"))
         if roots is None and not holder:
@@ -463,5 +502,7 @@ def capture_session(
             run_once()
         except Exception as exc:
             return CaptureResult(device=str(device), error=f"the run failed before the capture: {exc}")
+        if cancel is not None and cancel.is_set():
+            return CaptureResult(device=str(device), error=CANCELLED)
         roots = holder
-    return capture_run(run_once, device=device, roots=roots, with_stack=with_stack, limits=limits)
+    return capture_run(run_once, device=device, roots=roots, with_stack=with_stack, limits=limits, cancel=cancel)

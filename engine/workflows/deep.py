@@ -14,6 +14,7 @@ keeps that report); a pass whose capture failed exits ``DEEP_FAILED_EXIT`` from 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -70,13 +71,13 @@ def trace_path_for(report_path: str | Path) -> Path:
 
 def deep_capture(make_session: Callable[[], Any], *, precision: str, typical_wall_ms: float | None,
                  trace_path: Path | None, limits: CaptureLimits | None = None, rank: int = 0,
-                 world_size: int = 1) -> DeepCapture:
+                 world_size: int = 1, cancel: threading.Event | None = None) -> DeepCapture:
     """Capture one more warm run of ``make_session()`` within ``limits``; never raises for a capture that fails
     (error set). KeyboardInterrupt when Ctrl-C stopped it. ``rank`` of ``world_size``: the trace's
-    distributedInfo (one trace per configuration of a bench folder)."""
+    distributedInfo (one trace per configuration of a bench folder). ``cancel`` set ends it early (the app's Stop)."""
     limits = limits or CaptureLimits()
     t0 = time.perf_counter()
-    result = capture_session(make_session, limits=limits)
+    result = capture_session(make_session, limits=limits, cancel=cancel)
     summary = summarize(result, precision=precision)
     findings: list[dict[str, Any]] = []
     written, size = None, None

@@ -4,6 +4,7 @@
 | many_ops       | ``MANY_OPS`` tiny tensor ops per call (a long capture: each recorded op costs time) |
 | uses_profiler  | runs its work under its own ``torch.profiler.profile`` (a second profiler session)  |
 | fails_when_profiled | tracks, but raises RuntimeError when run under a profiler (the capture's own run fails) |
+| hangs_when_profiled | under a profiler waits on ``misbehaving.RELEASE`` (a hang that can't be abandoned) |
 | interrupts_itself | ``MANY_OPS`` tiny ops, sending itself SIGINT (a Ctrl-C) at op ``INTERRUPT_AT_OP``  |
 
 Both are ``nn.Module`` plugins ``(frames uint8 [T, H, W, 3], queries [N, 3]) -> (tracks [N, T, 2], visible [N, T])``
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 import torch
 from torch import nn
@@ -61,6 +63,24 @@ class _FailsWhenProfiled(nn.Module):
         if torch.autograd.profiler._is_profiler_enabled:
             raise RuntimeError("this plugin refuses to be profiled")
         return _still(frames, queries)
+
+
+#: set when hangs_when_profiled has started waiting under the profiler
+HUNG_UNDER_PROFILER = threading.Event()
+
+
+class _HangsWhenProfiled(nn.Module):
+    def forward(self, frames: torch.Tensor, queries: torch.Tensor):
+        if torch.autograd.profiler._is_profiler_enabled:
+            from tests.plugins.misbehaving import RELEASE
+
+            HUNG_UNDER_PROFILER.set()
+            RELEASE.wait()
+        return _still(frames, queries)
+
+
+def hangs_when_profiled() -> nn.Module:
+    return _HangsWhenProfiled()
 
 
 def fails_when_profiled() -> nn.Module:
