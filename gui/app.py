@@ -161,7 +161,9 @@ def run(args: argparse.Namespace) -> int:
 
         QTimer.singleShot(0, start)
     code = int(app.exec())
-    if window.controller.abandoned or window.files.lingering or window.capture.abandoned:  # Qt would abort destroying
+    panel = window.capture_panel
+    if (window.controller.abandoned or window.files.lingering or window.capture.abandoned
+            or (panel is not None and panel.lingering)):  # Qt would abort destroying
         # a running thread; a capture's daemon thread inside torch may crash interpreter finalisation
         print("trackscope: work still running at exit (a tracker batch, a deep capture or a file being read) was "
               "left behind",
