@@ -94,7 +94,7 @@ from engine.analysis.tradeoff import (
 from engine.capture import CaptureSummary, diagnose_capture
 from engine.capture.attribution import forward_body
 from engine.capture.timeline import Lane, Markers, TimelineData, load_timeline
-from engine.workflows.deep import DeepCapture, deep_capture
+from engine.workflows.deep import DeepCapture, deep_capture, trace_path_for
 
 # -- the cost model counted on demand (a report without one: a live run's, a track --report file) -------------
 from engine.workflows.count import CountedWork, CountProcess, count_work, with_counted_work
@@ -161,7 +161,7 @@ def run_title(config: RunConfig | Mapping[str, Any], tracker: Mapping[str, Any] 
 __all__ = [
     "CountedWork", "CountProcess", "count_work", "with_counted_work", "whatif_mode_label",
     "CaptureSummary", "DeepCapture", "Lane", "Markers", "TimelineData", "deep_capture", "diagnose_capture",
-    "forward_body", "load_timeline",
+    "forward_body", "load_timeline", "trace_path_for",
     "BASELINE_PRECISION", "BUILTIN_STAGES", "DEFAULT_TUNABLE", "GIB", "LK_STAGES", "MEMORY_DEVICE_PEAK", "MIB",
     "MAX_FRAMES_PER_BATCH", "MAX_POINTS_PER_BATCH", "MEMORY_PROCESS_RSS", "PRECISIONS", "PRECISION_UNUSED",
     "SAMPLER_THREAD_NAME", "SAMPLE_VIDEO", "VIDEO_EXTENSIONS", "VIDEO_WRITE_SUFFIXES", "atomic_path",

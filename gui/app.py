@@ -213,8 +213,12 @@ def _open_window(args: argparse.Namespace, app, config, notes: list[str], settin
 
         QTimer.singleShot(0, start)
     code = int(app.exec())
-    if window.controller.abandoned or window.files.lingering:  # Qt would abort destroying a running thread
-        print("trackscope: work still running at exit (a tracker batch or a file being read) was left behind",
+    panel = window.capture_panel
+    if (window.controller.abandoned or window.files.lingering or window.capture.abandoned
+            or (panel is not None and panel.lingering)):  # Qt would abort destroying
+        # a running thread; a capture's daemon thread inside torch may crash interpreter finalisation
+        print("trackscope: work still running at exit (a tracker batch, a deep capture or a file being read) was "
+              "left behind",
               file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()

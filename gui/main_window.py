@@ -7,7 +7,6 @@ here to its signals. Panels not on screen get their updates when their tab is ne
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import logging
 from collections.abc import Callable
@@ -110,10 +109,11 @@ class MainWindow(QMainWindow):
         self.files = FileController(self.state, self.settings, self, is_running=lambda: self.runs.running,
                                     shutdown_run=self.controller.shutdown, grid_size=self.grid_spin.value,
                                     current_frame=lambda: self.view.frame)
-        self.exports = ExportController(self.state, self, lambda: self.sampler,
-                                        lambda: (self.view.fps, self.view.trail))
         self.capture = CaptureController(self.state, is_running=lambda: self.runs.running,
-                                         config=self.toggles.config)
+                                         config=self.toggles.config, parent=self)
+        self.exports = ExportController(self.state, self, lambda: self.sampler,
+                                        lambda: (self.view.fps, self.view.trail),
+                                        with_trace=self.capture.with_trace_beside)
         self.cost = (CostController(self.diagnosis, is_running=lambda: self.runs.running)
                      if self.diagnosis is not None else None)  # what-if for any run: counts in a worker
         if self.cost is not None:
@@ -234,6 +234,7 @@ class MainWindow(QMainWindow):
         exp = file.addMenu("&Export")
         self._action(exp, "Tracks (NPZ or CSV)…", exports.export_tracks_dialog)
         self._action(exp, "Run report (JSON)…", exports.export_report_dialog)
+        self._action(exp, "Trace of the deep capture (Perfetto)…", self.capture.export_trace_dialog)
         self._action(exp, "Overlaid video (MP4)…", exports.export_video_dialog)
         self._action(exp, "Window as PNG…", lambda: exports.export_png_dialog(self))
         self._action(exp, "Charts as PNG…", lambda: exports.export_png_dialog(self.charts))
@@ -244,6 +245,7 @@ class MainWindow(QMainWindow):
         self._action(run, "&Stop", self.stop_run, "Esc")
         run.addSeparator()
         self._action(run, "&Deep capture (torch.profiler)", self.capture.start, "Ctrl+Shift+R")
+        self._action(run, "Stop &capture", self.capture.stop)
         compare = bar.addMenu("&Compare")
         self._action(compare, "A/B: current run against a report…", files.compare_with_report_dialog)
         self._action(compare, "Trade-offs: add a bench or report file…", self.add_bench_dialog)
@@ -327,15 +329,11 @@ class MainWindow(QMainWindow):
         self.status_label.setText(f"Report: {report_title(report)}")
 
     def _show_capture(self, deep: Any) -> None:
-        """A deep capture made here: into its panel (shown), and into the current report for export (its
-        analysis then includes today's capture rules on it)."""
+        """A deep capture made here: into its panel (shown); the controller has put it into its run's report."""
         if self.capture_panel is None:
             return
         self.capture_panel.set_capture(deep.to_dict(), deep.findings, deep.trace_path)
         self.tabs.setCurrentWidget(self.capture_panel)
-        s = self.state
-        if s.report is not None and deep.error is None:
-            s.set_report(dataclasses.replace(s.report, capture=deep.to_dict()), s.recorder)
 
     def _add_tradeoff_entry(self, entry: HistoryEntry) -> None:
         if self.tradeoff is not None:
@@ -371,12 +369,18 @@ class MainWindow(QMainWindow):
 
     def start_run(self) -> bool:
         """Start tracking the queries with the current toggles; False (and a message) when it cannot."""
+        if self.capture.busy:  # they would share the tracker and the machine, and time each other
+            self.state.post_message("a deep capture is running: wait for it, or Run > Stop capture, then run",
+                                    level="warning")
+            return False
         self.state.set_config(self.toggles.config(), announce=False)  # the toggles are what the user sees
         return self.runs.start_run()
 
     def stop_run(self) -> None:
-        """Stop after the current batch."""
+        """Stop after the current batch (and a deep capture in flight)."""
         self.runs.stop_run()
+        if self.capture.busy:
+            self.capture.stop()
 
     def _on_config_changed(self, change: Any) -> None:  # a ConfigChange
         self.state.set_config(self.toggles.config(), announce=False)

@@ -191,9 +191,11 @@ def write_trace(chrome: Mapping[str, Any], path: str | Path, *, keep_python: boo
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = slim_chrome_trace(chrome, keep_python=keep_python)
+    # distributedInfo first and '": "' after keys: HolisticTraceAnalysis finds a file's rank with the regex
+    # '"rank":\s+(\d+)' at its first match (hta/common/trace_file.py), so a compact '"rank":1' reads as rank 0
+    data = {"distributedInfo": {**SINGLE_PROCESS, "rank": rank, "world_size": max(world_size, rank + 1)},
+            **slim_chrome_trace(chrome, keep_python=keep_python)}
     data["traceName"] = path.name
-    data["distributedInfo"] = {**SINGLE_PROCESS, "rank": rank, "world_size": max(world_size, rank + 1)}
     with atomic_open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
-        gz.write(json.dumps(data, separators=(",", ":")).encode("utf-8"))
+        gz.write(json.dumps(data, separators=(",", ": ")).encode("utf-8"))
     return path

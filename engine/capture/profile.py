@@ -13,30 +13,68 @@ What the capture adds to a plain profiler run:
   global forward pre/post hooks active only during the capture (``with_modules`` covers TorchScript
   only). PATH is the dotted path from ``named_modules()`` (``updater.blocks.2.attn``).
 
-Nothing raises: a profiler that is missing, already running, or fails, yields a result whose
-``error`` says so; CUDA activity missing from a GPU capture (CUPTI unavailable) is reported the same
-way with the CPU part kept.
+Bounded (``CaptureLimits``): every tensor op the profiled run makes is counted (a TorchFunctionMode,
+in the capturing thread) and the run is stopped at the op after ``max_ops`` ops or ``max_seconds``:
+the ops are ended from inside (the plugin call raises ``CaptureLimitReached`` there, since under the
+profiler it runs in the caller's thread), the trace keeps what was recorded and ``stopped`` says why.
+A Ctrl-C (or SIGTERM) during the profiled run stops it the same way at the next op and is raised to
+the caller as KeyboardInterrupt once the profiler has closed. The profiler's file goes through a
+temporary folder removed in ``finally``.
+
+Nothing else raises: a profiler that is missing, already running (refused before ours starts), ended
+by the plugin's own ``torch.profiler`` during the run (detected; no export, which would crash), or that
+fails, yields a result whose ``error`` says so; CUDA activity missing from a GPU capture (CUPTI
+unavailable) is reported the same way with the CPU part kept.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
+import signal
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from engine.capture.trace import MODULE_PREFIX, RUN_RANGE, STAGE_PREFIX, Trace, parse_chrome_trace
 
 log = logging.getLogger(__name__)
 #: profiled runs tried when the profiler writes a malformed trace (seen once with a busy Qt thread beside it)
 EXPORT_ATTEMPTS = 2
+#: tensor ops a profiled run may make before it is stopped (about 0.45 ms each under the profiler on a CPU
+#: here, so about 9 s, and a trace of tens of MB; a warm CorrTrack run makes about 3,000)
+MAX_CAPTURED_OPS = 30_000
+#: the op budget reads the clock every this many ops (a clock call per op would be its own trace events)
+CLOCK_EVERY_OPS = 256
+#: the error of a capture cancelled before its profiled run
+CANCELLED = "the capture was cancelled"
+#: how often a capture's cancel flag is relayed to the session it runs, s
+CANCEL_POLL_S = 0.05
+#: seconds a profiled run may take before it is stopped (checked at every op)
+MAX_CAPTURE_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class CaptureLimits:
+    """Where a profiled run stops recording: after ``max_ops`` tensor ops or ``max_seconds``."""
+
+    max_ops: int = MAX_CAPTURED_OPS
+    max_seconds: float = MAX_CAPTURE_SECONDS
+
+    def describe(self) -> str:
+        return f"{self.max_ops:,} ops or {self.max_seconds:g} s"
+
+
+class CaptureLimitReached(BaseException):  # noqa: N818 - a stop, not an error: no plugin's `except Exception`
+    """Raised at the op past a capture's limit (or after Ctrl-C) inside the profiled run."""
 
 
 @dataclass
@@ -55,6 +93,8 @@ class CaptureResult:
     user_dirs: tuple[str, ...] = ()  # folders of the captured modules' packages: the user's code (capture.sites)
     settings: dict[str, str] = field(default_factory=dict)  # torch's flags as the run saw them (run_settings)
     error: str | None = None
+    stopped: str | None = None  # why the profiled run stopped before its end (a limit, Ctrl-C), or None
+    ops: int = 0  # tensor ops the profiled run made (counted by the op budget)
 
     @property
     def ok(self) -> bool:
@@ -257,17 +297,81 @@ def _timed(run_once: Callable[[], Any], device: torch.device) -> float:
 
 
 def _export(prof: Any) -> dict[str, Any]:
-    fd, name = tempfile.mkstemp(prefix="trackscope-capture-", suffix=".json")
-    os.close(fd)
-    try:
+    """The profiler's Chrome trace, written into a temporary folder removed when done (also on an exception)."""
+    with tempfile.TemporaryDirectory(prefix="trackscope-capture-") as folder:
+        name = str(Path(folder) / "capture.json")
         prof.export_chrome_trace(name)
         with open(name, encoding="utf-8") as fh:
             return json.load(fh)
+
+
+class _OpBudget(TorchFunctionMode):
+    """Counts the tensor ops of the profiled run; raises CaptureLimitReached at the op past the limit."""
+
+    def __init__(self, limits: CaptureLimits, cancel: threading.Event | None = None):
+        super().__init__()
+        self.limits = limits
+        self.cancel = cancel
+        self.ops = 0
+        self.deadline = time.monotonic() + limits.max_seconds
+        self.stopped: str | None = None
+
+    def stop(self, why: str) -> None:
+        if self.stopped is None:
+            self.stopped = why
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if self.stopped is None:
+            self.ops += 1
+            if self.ops > self.limits.max_ops:
+                self.ops -= 1
+                self.stop(f"stopped recording at the limit of {self.limits.max_ops:,} ops")
+            elif self.ops % CLOCK_EVERY_OPS == 0 and time.monotonic() > self.deadline:
+                self.stop(f"stopped recording at the limit of {self.limits.max_seconds:g} s")
+            elif self.cancel is not None and self.cancel.is_set():
+                self.stop("stopped: " + CANCELLED)
+        if self.stopped is not None:
+            raise CaptureLimitReached(self.stopped)
+        return func(*args, **(kwargs or {}))
+
+
+@contextmanager
+def _interrupts_stop(budget: _OpBudget) -> Iterator[list[int]]:
+    """In the main thread: Ctrl-C and SIGTERM stop the run at its next op (the signals seen are yielded)."""
+    seen: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield seen
+        return
+
+    def handler(signum: int, _frame: Any) -> None:
+        seen.append(signum)
+        budget.stop("stopped by " + ("Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name))
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield seen
     finally:
-        try:
-            os.unlink(name)
-        except OSError:
-            pass
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _without_budget_frames(chrome: dict[str, Any]) -> dict[str, Any]:
+    """The trace without the op budget's own Python frames (one per op: noise in the user's call stacks)."""
+    own = f"{Path(__file__).name}("
+    events = chrome.get("traceEvents")
+    if isinstance(events, list):
+        chrome["traceEvents"] = [e for e in events if not (
+            isinstance(e, dict) and e.get("cat") == "python_function"
+            and str(e.get("name", "")).endswith(": __torch_function__") and own in str(e.get("name", "")))]
+    return chrome
+
+
+def profiler_active() -> bool:
+    """Whether a torch profiler session is already running in this thread (a second one would crash kineto)."""
+    try:
+        return bool(torch._C._autograd._profiler_enabled())
+    except Exception:  # noqa: BLE001 - a torch without the query: assume none
+        return False
 
 
 def capture_run(
@@ -276,9 +380,16 @@ def capture_run(
     device: torch.device | str,
     roots: Mapping[str, nn.Module] | None = None,
     with_stack: bool = True,
+    limits: CaptureLimits | None = None,
+    cancel: threading.Event | None = None,
 ) -> CaptureResult:
-    """Time ``run_once`` once without the profiler, then capture one more run under it."""
+    """Time ``run_once`` once without the profiler, then capture one more run under it (within ``limits``;
+    ``cancel`` set stops the profiled run at its next op, like a limit).
+
+    Raises KeyboardInterrupt when Ctrl-C (or SIGTERM) stopped the profiled run; nothing else.
+    """
     device = torch.device(device)
+    limits = limits or CaptureLimits()
     use_cuda = device.type == "cuda" and torch.cuda.is_available()
     result = CaptureResult(device=str(device))
     if use_cuda:
@@ -288,10 +399,17 @@ def capture_run(
     except Exception as exc:
         result.error = f"the run failed before the capture: {type(exc).__name__}: {exc}"
         return result
+    if cancel is not None and cancel.is_set():
+        result.error = CANCELLED
+        return result
     try:
         from torch.profiler import ProfilerActivity
     except Exception as exc:  # a torch built without the profiler
         result.error = f"torch.profiler is unavailable: {type(exc).__name__}: {exc}"
+        return result
+    if profiler_active():
+        result.error = ("a torch profiler is already running in this process: a second one would crash it; "
+                        "the capture was skipped")
         return result
     paths, result.module_parents, result.root_labels = module_paths(roots)
     from engine.capture.sites import CodeLayers
@@ -301,7 +419,9 @@ def capture_run(
     if use_cuda:
         activities.append(ProfilerActivity.CUDA)
     for _attempt in range(EXPORT_ATTEMPTS):
-        error = _profiled_run(run_once, device, activities, paths, with_stack, result)
+        error = _profiled_run(run_once, device, activities, paths, with_stack, result, _OpBudget(limits, cancel))
+        if isinstance(error, KeyboardInterrupt):
+            raise error
         if error is None or not isinstance(error, json.JSONDecodeError):
             break
         log.warning("the profiler wrote a malformed trace (%s); capturing again", error)
@@ -320,36 +440,72 @@ def capture_run(
 
 
 def _profiled_run(run_once: Callable[[], Any], device: torch.device, activities: list[Any],
-                  paths: Any, with_stack: bool, result: CaptureResult) -> Exception | None:
-    """One run under the profiler into ``result`` (wall time, chrome trace, parsed trace); the error, if any."""
+                  paths: Any, with_stack: bool, result: CaptureResult, budget: _OpBudget) -> BaseException | None:
+    """One run under the profiler into ``result`` (wall time, chrome trace, parsed trace); the error, if any
+    (a KeyboardInterrupt when a signal stopped it)."""
     from torch.profiler import profile
 
     instrumentation = _Instrumentation(paths)
+    ended_by_another = False
     counters_before = _dynamo_counters()
     try:
-        with profile(activities=activities, record_shapes=True, with_stack=with_stack,
-                     profile_memory=True) as prof:
+        with _interrupts_stop(budget) as signals, profile(activities=activities, record_shapes=True,
+                                                          with_stack=with_stack, profile_memory=True) as prof:
             instrumentation.install()
             try:
                 _sync(device)
                 t0 = time.perf_counter()
                 with torch.autograd.profiler.record_function(RUN_RANGE):
                     try:
-                        run_once()
+                        with budget:
+                            run_once()
+                    except CaptureLimitReached:
+                        pass
                     except Exception as exc:
-                        raise _RunFailed(exc) from exc
+                        if budget.stopped is None:  # a stop inside plugin code comes back as its failure
+                            raise _RunFailed(exc) from exc
                 _sync(device)
                 result.profiled_wall_ms = (time.perf_counter() - t0) * 1e3
                 result.settings = {**run_settings(), **instrumentation.settings,
                                    **_counter_deltas(counters_before, _dynamo_counters())}
+                ended_by_another = not profiler_active()
             finally:
                 instrumentation.remove()
-        result.chrome = _export(prof)
+        result.ops, result.stopped = budget.ops, budget.stopped
+        if signals:
+            return KeyboardInterrupt()
+        if ended_by_another:  # exporting a session someone else ended crashes the process (seen: rc -11)
+            raise RuntimeError("a torch.profiler session inside the captured run (the plugin's own?) ended the "
+                               "capture's; run the plugin without its profiler for a deep capture")
+        result.chrome = _without_budget_frames(_export(prof))
         result.trace = parse_chrome_trace(result.chrome)
     except Exception as exc:
         instrumentation.remove()
         return exc
     return None
+
+
+@contextmanager
+def _cancel_relayed(cancel: threading.Event | None, session: Any) -> Iterator[None]:
+    """While inside: ``cancel`` set cancels ``session`` (its run ends at the next batch; a plugin call outside
+    the profiler that does not return is abandoned by engine.trackers.guard)."""
+    if cancel is None:
+        yield
+        return
+    done = threading.Event()
+
+    def relay() -> None:
+        while not done.wait(CANCEL_POLL_S):
+            if cancel.is_set():
+                session.cancel()
+                return
+
+    watcher = threading.Thread(target=relay, name="trackscope-capture-cancel", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
 
 
 def tracker_roots(tracker: Any) -> dict[str, nn.Module]:
@@ -367,10 +523,13 @@ def capture_session(
     *,
     device: torch.device | str | None = None,
     with_stack: bool = True,
+    limits: CaptureLimits | None = None,
+    cancel: threading.Event | None = None,
 ) -> CaptureResult:
     """Capture one more warm run of a session: ``make_session()`` builds a fresh Session per run.
 
-    ``roots`` defaults to the session's tracker (plugin module or built-in model); ``device`` to the
+    ``cancel`` set ends each run at its next batch (and the profiled one at its next op). ``roots`` defaults
+    to the session's tracker (plugin module or built-in model); ``device`` to the
     session's configured device.
     """
     probe = make_session()
@@ -385,7 +544,10 @@ def capture_session(
 
     def run_once() -> None:
         session = sessions.pop() if sessions else make_session()
-        last = session.run()
+        last = None
+        with _cancel_relayed(cancel, session):
+            for event in session.events():
+                last = event
         if type(last).__name__ == "Failed":
             raise RuntimeError(getattr(last, "message", "the run failed"))
         if roots is None and not holder:
@@ -398,5 +560,7 @@ def capture_session(
             run_once()
         except Exception as exc:
             return CaptureResult(device=str(device), error=f"the run failed before the capture: {exc}")
+        if cancel is not None and cancel.is_set():
+            return CaptureResult(device=str(device), error=CANCELLED)
         roots = holder
-    return capture_run(run_once, device=device, roots=roots, with_stack=with_stack)
+    return capture_run(run_once, device=device, roots=roots, with_stack=with_stack, limits=limits, cancel=cancel)

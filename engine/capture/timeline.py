@@ -17,6 +17,7 @@ calls, kernels and copies; ``dropped`` says how many were left out, per lane and
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -177,11 +178,11 @@ class TimelineData:
 
 
 def load_timeline(path: str | Path, max_items: int = MAX_ITEMS, *, max_bytes: int = MAX_TRACE_BYTES,
-                  max_events: int = MAX_TRACE_EVENTS) -> TimelineData:
+                  max_events: int = MAX_TRACE_EVENTS, cancel: threading.Event | None = None) -> TimelineData:
     """Read a Chrome trace file (gzipped or not) and build its timeline, bounded (``engine.capture.trace.read_trace``:
     a file past ``max_bytes`` of JSON is refused with a TraceError; past ``max_events`` the rest are left out and
-    ``events_left_out`` says how many)."""
-    trace = read_trace(path, max_bytes=max_bytes, max_events=max_events)
+    ``events_left_out`` says how many; ``cancel`` set ends the read with TraceCancelled)."""
+    trace = read_trace(path, max_bytes=max_bytes, max_events=max_events, cancel=cancel)
     data = TimelineData.from_trace(trace, max_items)
     data.events_left_out = int(trace.meta.get("events_left_out", 0))
     data.max_events = max_events

@@ -22,6 +22,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -34,8 +35,9 @@ RUN_RANGE = "trackscope.run"
 #: in an exported trace, the thread a range moved onto its own track ran on (``args``; see engine.capture.export)
 SOURCE_TID_ARG = "trackscope.tid"
 #: the most JSON a trace file may hold (inflated, when gzipped): past it the file is refused unread (a 1 MB gzip
-#: can inflate to 1 GiB); 128 MiB is about 600k profiler events, ten times the largest capture recorded here
-MAX_TRACE_BYTES = 128 * 2**20
+#: can inflate to 1 GiB); 320 MiB is about 2M profiler events, so the event cap below is what a long capture
+#: meets (a 1.5M-event, 254 MiB trace reads its first 500k events in about 0.7 GB of memory)
+MAX_TRACE_BYTES = 320 * 2**20
 #: the most events a trace file is read into; past it the rest are counted, not kept
 MAX_TRACE_EVENTS = 500_000
 #: bytes read from a trace file (or its gzip stream) at a time
@@ -64,6 +66,10 @@ PY_BUILTIN = re.compile(r"^<built-in (?:method|function) (?P<name>\w+)")
 
 class TraceError(UserError):
     """A trace file that cannot be read: missing, not JSON, or past the size limit."""
+
+
+class TraceCancelled(Exception):
+    """A trace read stopped because its cancel flag was set (the app closing, another capture shown)."""
 
 
 class _Span:
@@ -336,7 +342,8 @@ def parse_chrome_trace(data: Mapping[str, Any] | list) -> Trace:
     return parse_events(events if isinstance(events, list) else [], meta)
 
 
-def read_trace_bytes(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> bytes:
+def read_trace_bytes(path: str | Path, max_bytes: int = MAX_TRACE_BYTES,
+                     cancel: threading.Event | None = None) -> bytes:
     """A trace file's JSON bytes, gunzipped when it is gzipped, read in chunks: never more than ``max_bytes``.
 
     A file (or a gzip stream) that holds more is refused with a TraceError once the limit is passed; the rest
@@ -350,6 +357,8 @@ def read_trace_bytes(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> byte
             stream: Any = gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
             out = bytearray()
             while len(out) <= max_bytes:
+                if cancel is not None and cancel.is_set():
+                    raise TraceCancelled(str(path))
                 chunk = stream.read(min(READ_CHUNK_BYTES, max_bytes + 1 - len(out)))
                 if not chunk:
                     return bytes(out)
@@ -370,18 +379,22 @@ def load_chrome_trace(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> dic
     return data if isinstance(data, dict) else {"traceEvents": data}
 
 
-def read_trace(path: str | Path, *, max_bytes: int = MAX_TRACE_BYTES, max_events: int = MAX_TRACE_EVENTS) -> Trace:
+def read_trace(path: str | Path, *, max_bytes: int = MAX_TRACE_BYTES, max_events: int = MAX_TRACE_EVENTS,
+               cancel: threading.Event | None = None) -> Trace:
     """Parse a trace file into a Trace, bounded: at most ``max_bytes`` of JSON and ``max_events`` typed events.
 
     Events become typed events while the JSON is decoded (no list of event dicts is ever held), so memory
     is the JSON text and the typed events kept. Past ``max_events`` the rest are counted, not kept, and the
-    trace's ``meta`` says so (``events_kept``, ``events_left_out``).
+    trace's ``meta`` says so (``events_kept``, ``events_left_out``). ``cancel`` set ends the read at the next
+    object with TraceCancelled (a parse of hundreds of MB would otherwise run to its end).
     """
     trace = Trace()
     left_out = 0
 
     def hook(obj: dict[str, Any]) -> Any:
         nonlocal left_out
+        if cancel is not None and cancel.is_set():
+            raise TraceCancelled(str(path))
         if "ts" not in obj or "traceEvents" in obj:  # args, metadata and the top level stay dicts
             return obj
         typed = _typed(obj)
@@ -395,12 +408,12 @@ def read_trace(path: str | Path, *, max_bytes: int = MAX_TRACE_BYTES, max_events
         return None
 
     kept = [0]
-    raw = read_trace_bytes(path, max_bytes)
     try:
-        data = json.loads(raw, object_hook=hook)
-    except (ValueError, RecursionError) as exc:
+        text = read_trace_bytes(path, max_bytes, cancel).decode("utf-8")  # the bytes go before the parse
+        data = json.loads(text, object_hook=hook)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise TraceError(f"the trace {Path(path).name} is not JSON: {exc}") from exc
-    del raw
+    del text
     if isinstance(data, dict):
         trace.meta = {k: v for k, v in data.items() if k != "traceEvents" and isinstance(v, (str, int, float, bool))}
     trace.meta["events_kept"] = kept[0]

@@ -27,6 +27,7 @@ from engine.workflows.bench import (
     load_input,
     planned_configurations,
 )
+from engine.workflows.deep import DEEP_FAILED_EXIT
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,7 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cost", action="store_true", help="skip the counted pass (FLOPs/bytes per stage)")
     p.add_argument("--deep", action="store_true",
                    help="per configuration, one more warm run under torch.profiler after the timed runs "
-                        "(never timed): per stage and module, kernels, syncs, copies; traces beside the reports")
+                        "(never timed): per stage and module, kernels, syncs, copies; traces beside the reports; "
+                        f"exit {DEEP_FAILED_EXIT} when a capture failed")
     p.add_argument("--no-direct", action="store_true",
                    help="skip the direct-call reference (the tracker called alone beside each configuration's "
                         "runs, no session or instrumentation; the table's 'vs direct' is session/direct)")
@@ -130,6 +132,11 @@ def _bench(args: argparse.Namespace) -> int:
             print(f"trackscope bench: wrote {path}", file=sys.stderr)
     finally:
         bench.close()
+    failed = [r.config.label() for r in bench.reports if isinstance(r.capture, dict) and r.capture.get("error")]
+    if args.deep and failed:
+        print(f"trackscope bench: the deep capture failed for {', '.join(failed)} (exit {DEEP_FAILED_EXIT})",
+              file=sys.stderr)
+        return DEEP_FAILED_EXIT
     return 0
 
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from engine.capture.profile import CaptureLimits
 from engine.cli.common import (
     add_run_arguments,
     check_distinct_outputs,
@@ -17,6 +18,7 @@ from engine.core.errors import UserError
 from engine.core.precision import gate
 from engine.io.trackio import grid_queries, read_queries_csv, save_tracks
 from engine.run.session import BatchDone, Failed, Finished, Session, Started
+from engine.workflows.deep import DEEP_FAILED_EXIT
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,7 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "with the frame count)")
     p.add_argument("--deep", action="store_true",
                    help="after the run, capture one more warm run under torch.profiler: per stage and module, "
-                        "kernels, syncs, copies, findings; into the report, trace beside it (REPORT.trace.json.gz)")
+                        "kernels, syncs, copies, findings; into the report, trace beside it (REPORT.trace.json.gz). "
+                        f"The report is written before the capture; the capture stops recording at "
+                        f"{CaptureLimits().describe()} (and says so); exit {DEEP_FAILED_EXIT} when it failed")
     add_run_arguments(p)
 
 
@@ -121,18 +125,25 @@ def run(args: argparse.Namespace) -> int:
     assert isinstance(last, Finished)
     save_tracks(args.out, last.tracks, last.visible, queries)
     print(f"trackscope track: wrote {args.out} ({len(queries)} points, {last.wall_ms:.0f} ms)", file=sys.stderr)
-    deep = None
-    if args.deep:
-        from engine.workflows.deep import deep_capture, format_capture, trace_path_for
-
-        deep = deep_capture(lambda: Session(frames, queries, config, tracker=tracker, video_info=info,
-                                            geometry=geometry),
-                            precision=config.precision, typical_wall_ms=None,
-                            trace_path=trace_path_for(args.report or args.out))
-        print(format_capture(deep), file=sys.stderr)
-    if recorder is not None:
+    if recorder is not None:  # the timed run's report first: a Ctrl-C, hang or crash in the capture keeps it
         from engine.report.files import save
 
-        save(recorder.build(capture=deep.to_dict() if deep is not None else None), args.report)
+        save(recorder.build(), args.report)
         print(f"trackscope track: wrote {args.report}", file=sys.stderr)
+    if not args.deep:
+        return 0
+    from engine.workflows.deep import deep_capture, format_capture, trace_path_for
+
+    deep = deep_capture(lambda: Session(frames, queries, config, tracker=tracker, video_info=info,
+                                        geometry=geometry),
+                        precision=config.precision, typical_wall_ms=None,
+                        trace_path=trace_path_for(args.report or args.out))
+    print(format_capture(deep), file=sys.stderr)
+    if recorder is not None:
+        save(recorder.build(capture=deep.to_dict()), args.report)
+        print(f"trackscope track: wrote {args.report} with its deep capture", file=sys.stderr)
+    if deep.error:
+        print(f"trackscope track: the deep capture failed (exit {DEEP_FAILED_EXIT}); the tracks and the timed "
+              "run's report were written", file=sys.stderr)
+        return DEEP_FAILED_EXIT
     return 0

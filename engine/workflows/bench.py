@@ -290,7 +290,8 @@ class Bench:
 
         trace = trace_path_for(self.trace_dir / (_slug(config.label()) + ".json")) if self.trace_dir else None
         deep = deep_capture(lambda: self._session(config), precision=config.precision,
-                            typical_wall_ms=report.totals.warm_ms_median, trace_path=trace)
+                            typical_wall_ms=report.totals.warm_ms_median, trace_path=trace,
+                            rank=len(self.reports))  # a rank per trace: HTA reads a folder as ranks
         self.log(format_capture(deep))
         return deep.to_dict()
 

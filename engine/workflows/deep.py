@@ -4,11 +4,17 @@ The pass runs after the timed runs and never replaces them: its summary (per sta
 kernels, syncs, copies, findings' evidence) goes into the report's ``capture`` section, the full
 trace beside the report as gzipped Chrome/Perfetto JSON, and the profiler's own overhead (profiled
 over unprofiled wall time of the same run) is stated with it.
+
+The profiled run is bounded (``engine.capture.profile.CaptureLimits``: ops and seconds): a run that
+reaches a limit stops there, keeps what was recorded, and its report section says so (``stopped``,
+``limits``). Callers write the timed runs' report before the pass (a Ctrl-C, hang or crash during it
+keeps that report); a pass whose capture failed exits ``DEEP_FAILED_EXIT`` from the CLI.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.capture import CaptureSummary, capture_session, diagnose_capture, summarize, write_trace
+from engine.capture.profile import CaptureLimits
 from engine.core.units import format_ms, ms_value
 
 log = logging.getLogger(__name__)
@@ -26,6 +33,8 @@ TRACE_SUFFIX = ".trace.json.gz"
 PRINTED_MODULES = 8
 #: findings printed by the CLI
 PRINTED_FINDINGS = 5
+#: the CLI's exit code when the timed runs and their report are fine but the deep capture failed
+DEEP_FAILED_EXIT = 3
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,9 @@ class DeepCapture:
     trace_path: Path | None = None
     trace_bytes: int | None = None
     seconds: float = 0.0
+    stopped: str | None = None  # why the profiled run stopped before its end (a limit), or None
+    ops: int = 0  # tensor ops the profiled run made
+    limits: CaptureLimits = field(default_factory=CaptureLimits)
 
     @property
     def error(self) -> str | None:
@@ -45,7 +57,9 @@ class DeepCapture:
     def to_dict(self) -> dict[str, Any]:
         """The report's ``capture`` section: the summary plus where its trace is and what the pass cost."""
         return {**self.summary.to_dict(), "trace_file": self.trace_path.name if self.trace_path else None,
-                "trace_bytes": self.trace_bytes, "capture_seconds": round(self.seconds, 3)}
+                "trace_bytes": self.trace_bytes, "capture_seconds": round(self.seconds, 3),
+                "stopped": self.stopped, "ops": self.ops,
+                "limits": {"max_ops": self.limits.max_ops, "max_seconds": self.limits.max_seconds}}
 
 
 def trace_path_for(report_path: str | Path) -> Path:
@@ -56,10 +70,14 @@ def trace_path_for(report_path: str | Path) -> Path:
 
 
 def deep_capture(make_session: Callable[[], Any], *, precision: str, typical_wall_ms: float | None,
-                 trace_path: Path | None) -> DeepCapture:
-    """Capture one more warm run of ``make_session()``; never raises for a capture that fails (error set)."""
+                 trace_path: Path | None, limits: CaptureLimits | None = None, rank: int = 0,
+                 world_size: int = 1, cancel: threading.Event | None = None) -> DeepCapture:
+    """Capture one more warm run of ``make_session()`` within ``limits``; never raises for a capture that fails
+    (error set). KeyboardInterrupt when Ctrl-C stopped it. ``rank`` of ``world_size``: the trace's
+    distributedInfo (one trace per configuration of a bench folder). ``cancel`` set ends it early (the app's Stop)."""
+    limits = limits or CaptureLimits()
     t0 = time.perf_counter()
-    result = capture_session(make_session)
+    result = capture_session(make_session, limits=limits, cancel=cancel)
     summary = summarize(result, precision=precision)
     findings: list[dict[str, Any]] = []
     written, size = None, None
@@ -67,11 +85,11 @@ def deep_capture(make_session: Callable[[], Any], *, precision: str, typical_wal
         findings = diagnose_capture(summary, precision=precision, typical_wall_ms=typical_wall_ms)
         if trace_path is not None and result.chrome is not None:
             try:
-                written = write_trace(result.chrome, trace_path)
+                written = write_trace(result.chrome, trace_path, rank=rank, world_size=world_size)
                 size = written.stat().st_size
             except OSError as exc:  # the summary is still worth keeping
                 log.warning("could not write the trace %s: %s", trace_path, exc)
-    return DeepCapture(summary, findings, written, size, time.perf_counter() - t0)
+    return DeepCapture(summary, findings, written, size, time.perf_counter() - t0, result.stopped, result.ops, limits)
 
 
 def format_capture(deep: DeepCapture) -> str:
@@ -83,6 +101,9 @@ def format_capture(deep: DeepCapture) -> str:
              f"{format_ms(s.profiled_wall_ms)} under the profiler (overhead {_ratio(s)}); "
              f"{s.counts.kernels} kernels, {s.counts.launches} launches, {s.counts.syncs} syncs, "
              f"{s.counts.copies} copies; kernels busy {format_ms(s.kernel_ms)}"]
+    if deep.stopped:
+        lines.append(f"  {deep.stopped} ({deep.limits.describe()}): the capture covers the run's first "
+                     f"{deep.ops:,} ops, not all of it")
     if deep.trace_path is not None:
         lines.append(f"  trace: {deep.trace_path} ({(deep.trace_bytes or 0) / 2**20:.2f} MiB, "
                      "open in ui.perfetto.dev or chrome://tracing)")

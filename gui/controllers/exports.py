@@ -30,8 +30,10 @@ class ExportController(QObject):
     note = Signal(str, int)  # status bar text, ms (0: until replaced)
 
     def __init__(self, state: AppState, parent: QWidget, sampler: Callable[[], Any],
-                 video_settings: Callable[[], tuple[float, int]]):
+                 video_settings: Callable[[], tuple[float, int]],
+                 with_trace: Callable[[Report | None, str], Report | None] | None = None):
         super().__init__(parent)
+        self._with_trace = with_trace  # (report, path) -> the report, its capture's trace copied beside path
         self.state = state
         self._parent = parent
         self._sampler = sampler
@@ -79,7 +81,13 @@ class ExportController(QObject):
             self._run_to_export()
         path = self._save_path("Export run report", "report.json", "Run report (*.json)")
         if path:
-            self._guard(export.export_report, path, self.full_report())
+            self._guard(self._export_report, path)
+
+    def _export_report(self, path: str) -> Any:
+        report = self.full_report()
+        if self._with_trace is not None:  # a deep capture's trace goes beside it, named after it
+            report = self._with_trace(report, path)
+        return export.export_report(path, report)
 
     def full_report(self) -> Report | None:
         """The current report with its tracks (runs made here are reported without them until saved)."""

@@ -1,10 +1,13 @@
 """The deep capture of one run: summary line, stage -> module -> kernel table, timeline, findings.
 
 ``set_capture(summary_dict, findings, trace_path)`` shows the summary at once (it is small: tables,
-not events) and reads the trace file OFF the GUI thread: a QRunnable on the panel's own QThreadPool
-parses it into an engine ``TimelineData`` and hands it back once through a signal of a parentless
-QObject; the worker never touches a widget. A newer ``set_capture`` makes an older load's result
-stale (ignored). Without a trace file the table and findings are shown and the timeline says the
+not events) and reads the trace file OFF the GUI thread, in the app's worker idiom (``gui.worker``,
+thread ``TRACE_THREAD_NAME``): ``engine.capture.timeline.load_timeline`` parses it into a
+``TimelineData``, bounded (a file past its inflated-size limit is refused with a message; past the
+event cap the rest are left out and the label says so). A newer ``set_capture`` cancels an older
+load (its result is ignored); ``shutdown`` cancels the load in flight (the parse stops at its next
+JSON object) and waits at most ``CLOSE_WAIT_MS``, leaving a thread still running behind
+(``lingering``). Without a trace file the table and findings are shown and the timeline says the
 trace is missing. Every text from a file reaches the widgets as plain text (item texts, PlainText
 labels).
 
@@ -14,10 +17,11 @@ clicking a table row selects it in the timeline.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal
+from PySide6.QtCore import Qt, QThread, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QHeaderView,
@@ -42,6 +46,9 @@ from engine.api import (
 )
 from gui.widgets.text import plain_label
 from gui.widgets.timeline import TimelineWidget
+from gui.worker import CLOSE_WAIT_MS, GeneratorWorker, WorkerHandle, start_worker
+
+TRACE_THREAD_NAME = "trackscope-trace"
 
 #: width of the stage / module / kernel column: wide enough for 'updater.blocks.3.attn'
 NAME_COLUMN_PX = 230
@@ -55,28 +62,16 @@ EXPAND_ALL_ROWS = 60  # with fewer stage and module rows than this, module rows 
 SEVERITY_COLOURS = {"critical": "#c62828", "warning": "#ef6c00", "info": "#546e7a"}
 
 
-class _LoadSignals(QObject):
-    loaded = Signal(int, object)  # token, TimelineData
-    failed = Signal(int, str)  # token, message
+class _TraceLoad:
+    """One trace file read in a worker: its handle and the flag that cancels it."""
 
-
-class _TraceLoad(QRunnable):
-    """Parses one trace file in a pool thread; reports only through its signals."""
-
-    def __init__(self, token: int, path: Path):
-        super().__init__()
-        self.token = token
+    def __init__(self, path: Path):
         self.path = path
-        self.signals = _LoadSignals()  # created on the GUI thread, without a parent
-        self.setAutoDelete(False)  # the panel holds it until its result has arrived
+        self.cancel = threading.Event()
+        self.handle: WorkerHandle | None = None
 
-    def run(self) -> None:
-        try:
-            data = load_timeline(self.path)
-        except Exception as exc:  # noqa: BLE001 - any failure becomes a message on the GUI thread
-            self.signals.failed.emit(self.token, f"cannot read the trace {self.path.name}: {exc}")
-        else:
-            self.signals.loaded.emit(self.token, data)
+    def work(self) -> TimelineData:
+        return load_timeline(self.path, cancel=self.cancel)
 
 
 def _ms(value: float | None) -> str:
@@ -144,10 +139,8 @@ class CapturePanel(QWidget):
         super().__init__(parent)
         self.summary: CaptureSummary | None = None
         self.findings: list[dict[str, Any]] = []
-        self._token = 0
-        self._jobs: dict[int, _TraceLoad] = {}
-        self._pool = QThreadPool(self)
-        self._pool.setMaxThreadCount(1)
+        self._load: _TraceLoad | None = None
+        self._ending: list[_TraceLoad] = []  # cancelled loads whose threads have not ended yet
 
         self.summary_label = plain_label("no capture")
         self.summary_label.setTextFormat(Qt.TextFormat.PlainText)
@@ -210,7 +203,7 @@ class CapturePanel(QWidget):
                     trace_path: Path | None) -> None:
         """Show a capture summary (the report's ``capture`` dict) with its findings (None: diagnose it
         here) and start loading its trace, if any."""
-        self._token += 1
+        self._cancel_load()
         self.tree.clear()
         self.findings_list.clear()
         self.timeline.clear()
@@ -235,34 +228,74 @@ class CapturePanel(QWidget):
             self.trace_label.setText(f"trace missing: {path.name} is not beside the report, so there is no timeline")
             return
         self.trace_label.setText(LOADING)
-        job = _TraceLoad(self._token, path)
-        job.signals.loaded.connect(self._on_loaded)
-        job.signals.failed.connect(self._on_failed)
-        self._jobs[self._token] = job
-        self._pool.start(job)
+        load = _TraceLoad(path)
 
-    def shutdown(self, timeout_ms: int = 10_000) -> bool:
-        """Wait for a load in progress to end (closing the app)."""
-        return self._pool.waitForDone(timeout_ms)
+        def connect(worker: GeneratorWorker, thread: QThread) -> None:
+            worker.returned.connect(self._on_loaded)
+            worker.errored.connect(self._on_failed)
+            thread.finished.connect(self._forget_ended)
+
+        self._load = load
+        load.handle = start_worker(load.work, TRACE_THREAD_NAME, connect=connect)
+
+    def _cancel_load(self) -> None:
+        load, self._load = self._load, None
+        if load is not None:
+            load.cancel.set()
+            self._ending.append(load)
+        self._forget_ended()
+
+    def _forget_ended(self) -> None:
+        for load in [x for x in self._ending if x.handle is not None and not x.handle.running]:
+            self._ending.remove(load)
+            assert load.handle is not None
+            load.handle.delete_later()
+
+    @property
+    def lingering(self) -> int:
+        """Trace reads still running after they were cancelled (left behind at close)."""
+        return sum(1 for x in self._ending if x.handle is not None and x.handle.running)
+
+    def shutdown(self, timeout_ms: int = CLOSE_WAIT_MS) -> bool:
+        """Closing the app: cancel the load in flight and wait at most ``timeout_ms`` for it; True when every
+        trace thread has ended."""
+        self._cancel_load()
+        ended = True
+        for load in list(self._ending):
+            assert load.handle is not None
+            ended = load.handle.join(timeout_ms) and ended
+        return ended
 
     # -- results (GUI thread) ----------------------------------------------------------------------
-    def _on_loaded(self, token: int, data: TimelineData) -> None:
-        self._jobs.pop(token, None)
-        if token != self._token:
-            return
+    def _from_current_load(self) -> bool:
+        load = self._load
+        return load is not None and load.handle is not None and self.sender() is load.handle.worker
+
+    def _on_loaded(self, data: TimelineData) -> None:
+        if not self._from_current_load():
+            return  # a cancelled load's (or a newer capture is shown)
+        self._ending.append(self._load)  # deleted once its thread has ended
+        self._load = None
         self.timeline.set_data(data)
         if not data.lanes:
             self.trace_label.setText("the trace holds no events inside the captured run")
         else:
             dropped = f", {data.dropped:,} shortest not drawn" if data.dropped else ""
-            self.trace_label.setText(f"timeline: {data.items:,} items{dropped}. Wheel or drag to zoom and pan; "
-                                     "hover or click for details")
+            capped = (f"; the file holds {data.events_left_out:,} more events past the {data.max_events:,} read"
+                      if data.events_left_out else "")
+            self.trace_label.setText(f"timeline: {data.items:,} items{dropped}{capped}. Wheel or drag to zoom and "
+                                     "pan; hover or click for details")
         self.trace_loaded.emit(data)
 
-    def _on_failed(self, token: int, message: str) -> None:
-        self._jobs.pop(token, None)
-        if token != self._token:
+    def _on_failed(self, exc: BaseException) -> None:
+        if not self._from_current_load():
             return
+        load, self._load = self._load, None
+        assert load is not None
+        self._ending.append(load)
+        name = load.path.name
+        text = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        message = text if text.startswith(("the trace", "cannot read")) else f"cannot read the trace {name}: {text}"
         self.trace_label.setText(message)
         self.trace_failed.emit(message)
 
