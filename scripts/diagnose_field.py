@@ -4,8 +4,9 @@ Usage (from the repo root; the lead runs it on the GPU through scripts/device_di
 
     python3 scripts/diagnose_field.py --out DIR [--device cuda|cpu] [--video V] [--grid 16] [NAME ...]
 
-NAME: field modules of ``tests/plugins/field`` (default: all of ``PLANTED``) or a built-in tracker
-(``corrtrack``, run as a negative control in ``--control-precision``). One process: for each plugin, what
+NAME: field modules of ``tests/plugins/field`` (default: all of ``PLANTED``), a built-in tracker
+(``corrtrack``) or any ``module:factory`` plugin; the last two are run as controls (no rule expected) in
+``--control-precision``; ``--controls`` adds CorrTrack. One process: for each plugin, what
 ``trackscope bench --deep --diagnose`` does in one configuration (``engine.workflows.bench.Bench`` with
 ``deep=True``: warm-up, timed runs, the counted pass, one captured warm run; then
 ``engine.analysis.analyse.analyse_many``), in the precision PLANTED gives, all queries in one batch. The
@@ -81,8 +82,13 @@ def time_limit(seconds: int) -> Iterator[dict[str, bool]]:
         signal.signal(signal.SIGALRM, previous)
 
 
+def is_control(name: str) -> bool:
+    """A built-in tracker or a ``module:factory`` spec: a control, not a field module."""
+    return name in CONTROLS or ":" in name
+
+
 def planned(name: str, control_precision: str) -> Planted:
-    if name in CONTROLS:
+    if is_control(name):
         return Planted(None, control_precision, True)
     if name not in PLANTED:
         raise SystemExit(f"diagnose_field: no field plugin {name!r}; known: {', '.join([*PLANTED, *CONTROLS])}")
@@ -90,7 +96,7 @@ def planned(name: str, control_precision: str) -> Planted:
 
 
 def spec_for(name: str) -> str:
-    return name if name in CONTROLS else tracker_name(name)
+    return name if is_control(name) else tracker_name(name)
 
 
 def load_data(video: Path, grid: int) -> Any:
@@ -168,10 +174,10 @@ def diagnose_one(name: str, args: argparse.Namespace, data: Any) -> dict[str, An
         row.setdefault("error", note or "no report")
         return row
     report = bench.reports[0]
-    save(report, args.out / f"{name}.json")
+    save(report, args.out / f"{file_stem(name)}.json")
     bench_row = bench.rows[0]
-    row.update({"report": f"{name}.json", "warm_ms_median": bench_row.ms_median, "cold_ms": bench_row.cold_ms,
-                "note": bench_row.note})
+    row.update({"report": f"{file_stem(name)}.json", "warm_ms_median": bench_row.ms_median,
+                "cold_ms": bench_row.cold_ms, "note": bench_row.note})
     capture = report.capture or {}
     if capture.get("error"):
         row["capture_error"] = capture["error"]
@@ -193,8 +199,13 @@ def diagnose_one(name: str, args: argparse.Namespace, data: Any) -> dict[str, An
     return row
 
 
+def file_stem(name: str) -> str:
+    """A report's file name for a plugin name (a ``module:factory`` spec made safe)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
 def _module(name: str) -> Any:
-    return None if name in CONTROLS else load(name)
+    return None if is_control(name) else load(name)
 
 
 def _ms(value: float | None) -> str:
@@ -277,7 +288,7 @@ def run_isolated(name: str, args: argparse.Namespace, table: dict[str, Any]) -> 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", help=f"field modules (default: all) or {', '.join(CONTROLS)}")
+    parser.add_argument("names", nargs="*", help="field modules (default: all), corrtrack, or module:factory")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--video", type=Path, default=SAMPLE_VIDEO)

@@ -17,33 +17,21 @@ import pytest
 import torch
 
 import tests.plugins.field as field
-from engine.capture.profile import capture_session
 from engine.capture.summary import CaptureSummary, summarize
-from engine.core.config import PRECISIONS, RunConfig
-from engine.run.session import Finished, Session
-from engine.trackers import load_tracker
+from engine.core.config import PRECISIONS
+from engine.run.session import Finished
 from tests.helpers import moving_square_video
-from tests.plugins.field import PLANTED, load, tracker_name
+from tests.plugins.field import PLANTED, load
+from tests.plugins.field.harness import GRID, NUM_FRAMES, SIZE_PX, run_and_capture
 from tests.plugins.field.torch_state import TorchState
 
-NUM_FRAMES = 8
-SIZE_PX = 64
-GRID = 4  # a 4x4 grid of queries: 16
-HELPERS = {"common", "compiled", "torch_state"}  # modules of the package that are not plugins
-#: CPU rules of thumb the rules helper relies on (see PLANTED's "cpu" column)
+HELPERS = {"common", "compiled", "harness", "torch_state"}  # modules of the package that are not plugins
+#: the diagnosis rules' ids (issue 19)
 RULE_IDS = {"host_sync", "pageable_copy", "repeated_copy", "sync_copy", "layout_transpose", "contiguous_copy",
             "float64", "fp32_under_autocast", "tf32_off", "gemm_misaligned", "launch_bound_capture",
             "elementwise_chain", "legacy_arch_kernels", "cudnn_benchmark_off", "allocator_churn",
             "large_allocation", "memory_near_capacity", "recompile", "graph_break", "compile_in_warm_run",
             "host_bound", "cpu_ops_in_gpu_run", "thread_oversubscription", "gpu_idle_gaps", "cpu_round_trip"}
-
-
-def _queries() -> np.ndarray:
-    """GRID x GRID queries spread over the frame, their query frames spread over the video."""
-    ticks = (np.arange(GRID) + 0.5) * SIZE_PX / GRID
-    xs, ys = np.meshgrid(ticks, ticks)
-    ts = np.arange(GRID * GRID) % NUM_FRAMES
-    return np.stack([ts, xs.ravel(), ys.ravel()], axis=1).astype(np.float32)
 
 
 @pytest.fixture
@@ -66,27 +54,9 @@ def _planted_functions(module) -> set[str]:
     return names
 
 
-def _run_and_capture(name: str):
-    module = load(name)
-    spec = PLANTED[name]
-    video = moving_square_video(num_frames=NUM_FRAMES, size=SIZE_PX)
-    queries = _queries()
-    tracker = load_tracker(tracker_name(name))  # the plugin path a user's --tracker takes
-    config = RunConfig(tracker=tracker_name(name), device="cpu", precision=spec.precision,
-                       points_per_batch=len(queries))
-    try:
-        last = Session(video, queries, config, tracker=tracker).run()
-        capture = capture_session(lambda: Session(video, queries, config, tracker=tracker), device="cpu")
-    finally:
-        release = getattr(module, "release", None)
-        if release is not None:
-            release()
-    return module, last, capture
-
-
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_field_plugin_tracks_in_a_session_and_its_planted_code_runs_in_the_capture(name, restored_torch_state):
-    module, last, capture = _run_and_capture(name)
+    module, last, capture = run_and_capture(name)
     assert isinstance(last, Finished), getattr(last, "message", last)
     n = GRID * GRID
     assert last.tracks.shape == (n, NUM_FRAMES, 2) and last.visible.shape == (n, NUM_FRAMES)
@@ -168,3 +138,53 @@ def test_torch_state_restores_what_a_plugin_changed(restored_torch_state):
     assert set(changed) == {"cudnn_benchmark", "matmul_allow_tf32", "num_threads"}
     saved.restore()
     assert TorchState.save() == saved
+
+
+class _OpCounter:
+    """Counts the aten ops run inside the block (a torch dispatch mode)."""
+
+    def __enter__(self):
+        from collections import Counter
+
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counts: Counter = Counter()
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                counts[func.overloadpacket.__name__] += 1
+                return func(*args, **(kwargs or {}))
+
+        self.counts = counts
+        self._mode = Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._mode.__exit__(*exc)
+
+
+def test_planted_problems_carry_weight_at_the_gpu_sample_size():
+    """At the bundled sample's size (47 frames 256x256, 256 queries: 64x64 feature cells) each problem is
+    large enough to matter on a GPU, while the CPU tests' 8x64x64 stays small."""
+    n, t, size = 256, 47, 256
+    cells = size // 4
+    with torch.inference_mode():
+        with _OpCounter() as ops:
+            load("launch_bound_loop").filter_tracks(torch.rand(n, t, 2) * size, float(size), float(size))
+        assert sum(ops.counts.values()) >= 4000  # thousands of tiny launches per call
+        with _OpCounter() as ops:
+            load("sync_item").visibility_per_point(torch.rand(n, t))
+        assert ops.counts["item"] == 2 * n  # .item() and float(): a sync each on a GPU
+        with _OpCounter() as ops:
+            load("elementwise_chain").sharpen(torch.rand(2, 3, 5))
+        assert sum(ops.counts.values()) >= 12  # twelve separate kernels over the volume
+    copy_constant = load("copy_constant_each_call")
+    assert copy_constant.coordinate_grid(size, size).nbytes * t >= 16 * 2**20  # pageable HtoD per call
+    large = load("large_alloc_per_call")
+    assert large.MAX_FRAMES * size * size * 4 == 256 * 2**20
+    assert large.MAX_FRAMES_CPU * SIZE_PX * SIZE_PX * 4 <= 2**20
+    misaligned = load("misaligned_gemm")
+    assert misaligned.candidates_for(cells, cells) == misaligned.MAX_CANDIDATES
+    assert misaligned.candidates_for(SIZE_PX // 4, SIZE_PX // 4) == 1
+    assert all(w % 8 for w in (misaligned.HEAD_INPUTS, *misaligned.HEAD_WIDTHS))

@@ -18,7 +18,7 @@ call it when done (``scripts/diagnose_field.py`` does).
 | sync_synchronize | ``torch.cuda.synchronize()`` after every frame | host_sync |
 | to_host_per_frame | ``.cpu().numpy()`` of each frame's result, smoothed in numpy | host_sync |
 | copy_constant_each_call | numpy grid / kernel ``torch.from_numpy(...).to(device)`` per frame | repeated_copy |
-| channels_last_mismatch | channels_last conv weights, NCHW activations, ``.contiguous()`` each | layout_transpose |
+| channels_last_mismatch | half the convs channels_last, NCHW input, ``.contiguous()`` after each | layout_transpose |
 | contiguous_hot_loop | ``.permute().contiguous()`` of the correlation volume per iteration | contiguous_copy |
 | float64_path | soft-argmax in float64 | float64 |
 | autocast_disabled_region | ``autocast(enabled=False)`` around the cell MLP, input ``.float()`` | fp32_under_autocast |

@@ -22,9 +22,9 @@ SMOOTHING_RADIUS_PX = 2
 
 @functools.lru_cache(maxsize=4)
 def coordinate_grid(height: int, width: int) -> np.ndarray:
-    """[2, H, W] float32 coordinates in [-1, 1] (x, y), built once per size, on the host."""
+    """[H, W, 2] float32 coordinates in [-1, 1] (x, y), built once per size, on the host."""
     ys, xs = np.meshgrid(np.linspace(-1, 1, height), np.linspace(-1, 1, width), indexing="ij")
-    return np.stack([xs, ys]).astype(np.float32)
+    return np.stack([xs, ys], axis=-1).astype(np.float32)
 
 
 @functools.lru_cache(maxsize=1)
@@ -37,17 +37,18 @@ def gaussian_kernel() -> np.ndarray:
 
 
 def with_coordinates(images: torch.Tensor) -> torch.Tensor:
-    """images [T, 3, H, W] -> [T, 5, H, W]: smoothed colour plus the coordinate channels."""
+    """images [T, 3, H, W] -> [T, 5, H, W] (channels-last): smoothed colour plus the coordinate channels."""
     t, _, h, w = images.shape
     # planted: the same constant kernel copied from pageable host memory on every call
     kernel = torch.from_numpy(gaussian_kernel()).to(images.device)
     smoothed = nn.functional.conv2d(images, kernel.to(images.dtype), padding=SMOOTHING_RADIUS_PX, groups=3)
+    pixels = smoothed.permute(0, 2, 3, 1)  # [T, H, W, 3]
     out = []
     for i in range(t):
         # planted: the same coordinate grid copied to the device once per frame, every call
         grid = torch.from_numpy(coordinate_grid(h, w)).to(images.device)
-        out.append(torch.cat([smoothed[i], grid.to(smoothed.dtype)], dim=0))
-    return torch.stack(out)
+        out.append(torch.cat([pixels[i], grid.to(pixels.dtype)], dim=-1))  # [H, W, 5]
+    return torch.stack(out).permute(0, 3, 1, 2)
 
 
 class CopyConstantTracker(nn.Module):
@@ -56,7 +57,7 @@ class CopyConstantTracker(nn.Module):
         self.backbone = Backbone(in_channels=3 + COORD_CHANNELS)
 
     def forward(self, frames: torch.Tensor, queries: torch.Tensor):
-        feats = self.backbone(with_coordinates(frames_to_float(frames).contiguous()))
+        feats = self.backbone(with_coordinates(frames_to_float(frames)))
         return track(feats, queries)
 
 

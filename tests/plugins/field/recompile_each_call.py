@@ -21,7 +21,7 @@ _saved_limit: list[int] = []
 
 def temporal_blend(tracks: torch.Tensor, step: int) -> torch.Tensor:
     """tracks [N, T, 2] -> tracks blended with their previous frame, less so as ``step`` grows."""
-    weight = 1.0 / (1.0 + min(step, 10**9) / WARMUP_CALLS)
+    weight = WARMUP_CALLS / (WARMUP_CALLS + step)
     previous = torch.cat([tracks[:, :1], tracks[:, :-1]], dim=1)
     return (1.0 - 0.1 * weight) * tracks + 0.1 * weight * previous
 
