@@ -15,7 +15,6 @@ from engine.capture.finding import (
     Context,
     Finding,
     at,
-    device_bandwidth_gbps,
     finding,
     share_of,
     tracker_wall_ms,
@@ -28,6 +27,7 @@ FREE_SYNC_MS = SYNC_COST_MS
 GiB = 1 << 30
 LARGE_ALLOCATION_BYTES = 1 * GiB  # one allocation per call this large is worth reusing
 LARGE_ALLOCATION_OF_CAPACITY = 0.1  # ... or this share of the card's memory
+LARGE_ALLOCATION_WARNING_OF_CAPACITY = 0.25  # one allocation this share of the card: a larger input runs out
 NEAR_CAPACITY_INFO = 0.85  # peak reserved over capacity: info from here
 NEAR_CAPACITY_WARNING = 0.95  # warning from here (the next larger input runs out of memory)
 FRAGMENTATION_RATIO = 1.5  # reserved over allocated peak above this: the pool holds unused blocks
@@ -65,10 +65,11 @@ def allocator_churn(s: CaptureSummary, ctx: Context) -> list[Finding]:
 
 
 def large_allocation(s: CaptureSummary, ctx: Context) -> list[Finding]:
-    """A very large allocation in every call: memory held and first-touched per call; reuse it.
+    """A very large allocation in every call: memory held per call that a reused buffer would not need.
 
-    Time at stake: writing that much memory once at the device's bandwidth (the least an initialised buffer
-    costs); the memory itself is the point, so this is usually info.
+    No time at stake (share 0): the caching allocator serves a repeated size from its pool, and allocator
+    time in the run is allocator_churn's; what is at stake is memory, so the severity is set by the margin
+    (a single allocation over ``LARGE_ALLOCATION_WARNING_OF_CAPACITY`` of the card is a warning).
     """
     m = s.evidence.memory
     big = m.largest_allocation_bytes
@@ -77,16 +78,18 @@ def large_allocation(s: CaptureSummary, ctx: Context) -> list[Finding]:
         threshold = min(threshold, int(LARGE_ALLOCATION_OF_CAPACITY * m.capacity_bytes))
     if not big or big < threshold or not s.wall_ms:
         return []
-    peak, _ = device_bandwidth_gbps(s, ctx)
-    touch_ms = m.allocated_bytes / (peak * 1e6)
-    return [finding("large_allocation", share_of(s, touch_ms),
-                    f"one allocation of {big / GiB:.2f} GiB per call{at(m.largest_allocation_site)} "
-                    f"({m.allocated_bytes / GiB:.2f} GiB allocated in the run over {m.allocations} allocations)",
-                    {"largest_allocation_bytes": big, "allocated_bytes": m.allocated_bytes,
-                     "allocations": m.allocations, "capacity_bytes": m.capacity_bytes, "touch_ms": touch_ms},
-                    "allocate the buffer once and reuse it across calls (a preallocated tensor written with out= "
-                    "or in-place ops), or process the points/frames in chunks so the peak shrinks",
-                    typical_wall_ms=ctx["typical"], call_site=m.largest_allocation_site)]
+    of_capacity = big / m.capacity_bytes if m.capacity_bytes else 0.0
+    f = finding("large_allocation", 0.0,
+                f"one allocation of {big / GiB:.2f} GiB per call{at(m.largest_allocation_site)} "
+                f"({m.allocated_bytes / GiB:.2f} GiB allocated in the run over {m.allocations} allocations)",
+                {"largest_allocation_bytes": big, "allocated_bytes": m.allocated_bytes,
+                 "allocations": m.allocations, "capacity_bytes": m.capacity_bytes, "of_capacity": of_capacity},
+                "allocate the buffer once and reuse it across calls (a preallocated tensor written with out= "
+                "or in-place ops), or process the points/frames in chunks so the peak shrinks",
+                typical_wall_ms=ctx["typical"], call_site=m.largest_allocation_site)
+    if of_capacity >= LARGE_ALLOCATION_WARNING_OF_CAPACITY:
+        f["severity"] = "warning"  # a memory margin, not time (as memory_near_capacity)
+    return [f]
 
 
 def memory_near_capacity(s: CaptureSummary, ctx: Context) -> list[Finding]:
@@ -132,12 +135,14 @@ def graph_break(s: CaptureSummary, ctx: Context) -> list[Finding]:
     c = s.evidence.compile
     if not c.graph_breaks or not s.wall_ms:
         return []
-    at_stake = c.graph_breaks * max(1, c.region_calls) * GRAPH_BREAK_COST_MS
+    # each call crosses every break once: of the compiled regions' entries, all but one per call are breaks
+    crossings = c.region_calls * c.graph_breaks / (c.graph_breaks + 1) if c.region_calls else c.graph_breaks
+    at_stake = crossings * GRAPH_BREAK_COST_MS
     return [finding("graph_break", share_of(s, min(at_stake, s.wall_ms)),
                     f"{c.graph_breaks} graph breaks in the compiled code{at(c.compile_site)} "
                     f"({c.regions} compiled regions entered {c.region_calls} times)",
                     {"graph_breaks": c.graph_breaks, "regions": c.regions, "region_calls": c.region_calls,
-                     "reasons": list(c.reasons[:5])},
+                     "break_crossings": crossings, "reasons": list(c.reasons[:5])},
                     "find them with torch._dynamo.explain(fn)(*args) or torch.compile(fullgraph=True), then move "
                     "the breaking Python (print, .item(), data-dependent control flow, unsupported calls) out of "
                     "the compiled function",
