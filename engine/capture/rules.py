@@ -140,13 +140,14 @@ def _idle_explained_by_its_cause(findings: list[Finding]) -> list[Finding]:
 
 def _fold(findings: list[Finding], child_rule: str, owner_rules: tuple[str, ...],
           same: Callable[[Finding, Finding], bool]) -> list[Finding]:
-    """Drop ``child_rule`` findings that an ``owner_rules`` finding (``same`` place) already names; the owner
-    keeps the child's share as ``CHILD_share`` in its evidence."""
+    """Drop ``child_rule`` findings that an ``owner_rules`` finding (``same`` place, at least as costly) already
+    names; the owner keeps the child's share as ``CHILD_share`` in its evidence."""
     owners = [f for f in findings if f["rule"] in owner_rules]
     out = []
     for f in findings:
         if f["rule"] == child_rule:
-            owner = next((o for o in owners if same(f, o)), None)
+            owner = next((o for o in owners if same(f, o) and o["evidence"]["share"] >= f["evidence"]["share"]),
+                         None)
             if owner is not None:
                 owner["evidence"][f"{child_rule}_share"] = f["evidence"]["share"]
                 continue

@@ -118,7 +118,8 @@ def launch_bound_capture(s: CaptureSummary, ctx: Context) -> list[Finding]:
     host_idle = s.gpu_idle_ms - s.idle_by_cause_ms.get("sync", 0.0) - s.idle_by_cause_ms.get("copy", 0.0)
     at_stake = min(max(0.0, host_idle), s.counts.launches * LAUNCH_COST_MS)
     ctx["launch_at_stake"] = at_stake
-    top = max(s.cells, key=lambda c: c.launches) if s.cells else None
+    tracker_cells = [c for c in s.cells if c.stage not in ADAPTER_STAGES]
+    top = max(tracker_cells, key=lambda c: c.launches) if tracker_cells else None
     return [finding("launch_bound_capture", at_stake / s.wall_ms,
                     f"launch-bound: {s.counts.launches} launches, kernels busy {100 * busy:.0f} % of the run"
                     + (f" (most in {top.module})" if top else ""),

@@ -27,7 +27,6 @@ FREE_SYNC_MS = SYNC_COST_MS
 GiB = 1 << 30
 LARGE_ALLOCATION_BYTES = 1 * GiB  # one allocation per call this large is worth reusing
 LARGE_ALLOCATION_OF_CAPACITY = 0.1  # ... or this share of the card's memory
-LARGE_ALLOCATION_WARNING_OF_CAPACITY = 0.25  # one allocation this share of the card: a larger input runs out
 NEAR_CAPACITY_INFO = 0.85  # peak reserved over capacity: info from here
 NEAR_CAPACITY_WARNING = 0.95  # warning from here (the next larger input runs out of memory)
 FRAGMENTATION_RATIO = 1.5  # reserved over allocated peak above this: the pool holds unused blocks
@@ -67,9 +66,9 @@ def allocator_churn(s: CaptureSummary, ctx: Context) -> list[Finding]:
 def large_allocation(s: CaptureSummary, ctx: Context) -> list[Finding]:
     """A very large allocation in every call: memory held per call that a reused buffer would not need.
 
-    No time at stake (share 0): the caching allocator serves a repeated size from its pool, and allocator
-    time in the run is allocator_churn's; what is at stake is memory, so the severity is set by the margin
-    (a single allocation over ``LARGE_ALLOCATION_WARNING_OF_CAPACITY`` of the card is a warning).
+    No time at stake (share 0, so info): the caching allocator serves a repeated size from its pool, and
+    allocator time in the run is allocator_churn's; what is at stake is memory (how close the card is to
+    full is memory_near_capacity's).
     """
     m = s.evidence.memory
     big = m.largest_allocation_bytes
@@ -87,8 +86,6 @@ def large_allocation(s: CaptureSummary, ctx: Context) -> list[Finding]:
                 "allocate the buffer once and reuse it across calls (a preallocated tensor written with out= "
                 "or in-place ops), or process the points/frames in chunks so the peak shrinks",
                 typical_wall_ms=ctx["typical"], call_site=m.largest_allocation_site)
-    if of_capacity >= LARGE_ALLOCATION_WARNING_OF_CAPACITY:
-        f["severity"] = "warning"  # a memory margin, not time (as memory_near_capacity)
     return [f]
 
 
