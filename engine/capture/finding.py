@@ -16,6 +16,7 @@ from typing import Any, Iterable, TypeVar
 
 from engine.capture.evidence import TRACKSCOPE
 from engine.capture.summary import ADAPTER_STAGES, CaptureSummary
+from engine.core.units import format_bytes
 from engine.telemetry.specs import CPU_DEFAULT_BANDWIDTH_GBPS, lookup
 
 CRITICAL_SHARE = 0.25
@@ -100,6 +101,15 @@ def where(module: str | None, stage: str | None = None) -> str:
     """' (in MODULE)' for a title, or nothing."""
     label = module or stage
     return f" (in {label})" if label else ""
+
+
+def size(nbytes: float) -> str:
+    """A size for a title: bytes or KiB below a MiB, else engine.core.units' binary units."""
+    if nbytes < 1024:
+        return f"{nbytes:.0f} B"
+    if nbytes < 1 << 20:
+        return f"{nbytes / 1024:.1f} KiB"
+    return format_bytes(nbytes)
 
 
 def share_of(s: CaptureSummary, ms: float) -> float:

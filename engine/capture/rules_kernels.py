@@ -20,6 +20,7 @@ from engine.capture.finding import (
     device_bandwidth_gbps,
     finding,
     share_of,
+    size,
     user_rows,
     where,
 )
@@ -171,7 +172,7 @@ def elementwise_chain(s: CaptureSummary, ctx: Context) -> list[Finding]:
         out.append(finding(
             "elementwise_chain", share,
             f"chain of {length} elementwise {'kernels' if s.has_gpu else 'ops'}{at(site)}: {ms:.2f} ms moving "
-            f"{nbytes / 1e6:.0f} MB at {achieved:.0f} GB/s ({bound}; peak {peak:.0f} GB/s)"
+            f"{size(nbytes)} at {achieved:.0f} GB/s ({bound}; peak {peak:.0f} GB/s)"
             f"{where(top.module, top.stage)}",
             {"kernels": sum(g.count for g in groups), "chain_length": length, "ms": ms, "bytes": nbytes,
              "achieved_gbps": achieved, "peak_gbps": peak, "peak_source": source, "bound": bound,

@@ -17,6 +17,7 @@ from engine.capture.finding import (
     at,
     finding,
     share_of,
+    size,
     tracker_wall_ms,
 )
 from engine.capture.rules_sync import SYNC_COST_MS
@@ -79,8 +80,8 @@ def large_allocation(s: CaptureSummary, ctx: Context) -> list[Finding]:
         return []
     of_capacity = big / m.capacity_bytes if m.capacity_bytes else 0.0
     f = finding("large_allocation", 0.0,
-                f"one allocation of {big / GiB:.2f} GiB per call{at(m.largest_allocation_site)} "
-                f"({m.allocated_bytes / GiB:.2f} GiB allocated in the run over {m.allocations} allocations)",
+                f"one allocation of {size(big)} per call{at(m.largest_allocation_site)} "
+                f"({size(m.allocated_bytes)} allocated in the run over {m.allocations} allocations)",
                 {"largest_allocation_bytes": big, "allocated_bytes": m.allocated_bytes,
                  "allocations": m.allocations, "capacity_bytes": m.capacity_bytes, "of_capacity": of_capacity},
                 "allocate the buffer once and reuse it across calls (a preallocated tensor written with out= "
@@ -98,7 +99,7 @@ def memory_near_capacity(s: CaptureSummary, ctx: Context) -> list[Finding]:
     if used < NEAR_CAPACITY_INFO:
         return []
     f = finding("memory_near_capacity", 0.0,
-                f"peak reserved memory {m.peak_reserved_bytes / GiB:.1f} GiB of {m.capacity_bytes / GiB:.1f} GiB "
+                f"peak reserved memory {size(m.peak_reserved_bytes)} of {size(m.capacity_bytes)} "
                 f"({100 * used:.0f} %)",
                 {"peak_reserved_bytes": m.peak_reserved_bytes, "peak_allocated_bytes": m.peak_allocated_bytes,
                  "capacity_bytes": m.capacity_bytes, "used": used},

@@ -18,6 +18,7 @@ from engine.capture.finding import (
     by_site,
     finding,
     share_of,
+    size,
     user_rows,
     where,
 )
@@ -138,7 +139,7 @@ def pageable_copy(s: CaptureSummary, ctx: Context) -> list[Finding]:
         out.append(finding(
             "pageable_copy", share,
             f"{sum(c.count for c in group)} {directions} copies of pageable memory{at(site)}: "
-            f"{nbytes / 1e6:.1f} MB at {_gbps(nbytes, ms):.1f} GB/s (pinned PCIe ~{PCIE_PRACTICAL_GBPS:.0f} GB/s)",
+            f"{size(nbytes)} at {_gbps(nbytes, ms):.1f} GB/s (pinned PCIe ~{PCIE_PRACTICAL_GBPS:.0f} GB/s)",
             {"copies": sum(c.count for c in group), "bytes": nbytes, "copy_ms": ms, "host_ms": host,
              "achieved_gbps": _gbps(nbytes, ms), "link_gbps": PCIE_PRACTICAL_GBPS, "direction": directions,
              "api": top.api},
@@ -165,7 +166,7 @@ def repeated_copy(s: CaptureSummary, ctx: Context) -> list[Finding]:
         out.append(finding(
             "repeated_copy", share,
             f"{repeated} of {count} host-to-device copies{at(site)} repeat sizes already copied in the run "
-            f"({sum(c.bytes for c in group) / 1e6:.2f} MB in all){where(top.module, top.stage)}",
+            f"({size(sum(c.bytes for c in group) / count)} each){where(top.module, top.stage)}",
             {"copies": count, "repeated": repeated, "bytes": sum(c.bytes for c in group), "sizes": top.sizes,
              "copy_ms": sum(c.ms for c in group), "host_ms": sum(c.host_ms for c in group)},
             "create the tensor on the device once (in __init__ as a registered buffer, or cached by shape) instead "
