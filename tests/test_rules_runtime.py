@@ -103,6 +103,10 @@ def test_host_bound_python_with_no_torch_op_while_the_gpu_waits():
     assert top["rule"] == "host_bound" and top["call_site"] == SITE and top["evidence"]["share"] == 0.3
     assert "gpu_idle_gaps" not in by_rule(found) and top["evidence"]["gpu_idle_also_ms"] > 0  # folded, by cause
     assert "host_bound" not in by_rule(findings(clean_gpu()))
+    # the profiler's Python tracer added 4 ms to the run: that much of the Python is its own
+    profiled = dataclasses.replace(s, unprofiled_wall_ms=16.0)
+    assert by_rule(findings(profiled))["host_bound"]["evidence"]["share"] == 0.1
+    assert "host_bound" not in by_rule(findings(dataclasses.replace(s, unprofiled_wall_ms=12.0)))
     assert "host_bound" not in by_rule(findings(planted(clean_cpu(), host=HostFacts(python_ms=50.0))))
 
 

@@ -37,7 +37,11 @@ CPU_TINY_OP_MS = 0.02  # a cell whose wall per op is under this does little work
 CPU_TINY_OPS_MIN = 1000  # ops per run in such cells before a CPU run reads as launch-bound
 #: a fused chain still reads its inputs and writes its output once: about two of the chain's ops' traffic
 FUSED_PASSES = 2
-MEMORY_BOUND_OF_PEAK = 0.3  # a chain moving data at this share of the DRAM peak or more is memory-bound
+#: a GPU chain moving data at this share of the DRAM peak or more is memory-bound: fusing saves its passes over
+#: memory; below it the kernels are too small for their traffic to matter (their launches are
+#: launch_bound_capture's), so the finding stays info. A CPU chain over large tensors (the evidence keeps only
+#: those) counts as memory-bound: the estimated default peak is too rough to judge it by
+MEMORY_BOUND_OF_PEAK = 0.3
 #: cudnn.benchmark picks the fastest algorithm per shape; what it gains is unknown without trying it, so a
 #: stated tenth of the conv time (NVIDIA's and PyTorch's guides report 0-30 % on fixed-shape convnets)
 CUDNN_BENCHMARK_GAIN = 0.1
@@ -166,8 +170,11 @@ def elementwise_chain(s: CaptureSummary, ctx: Context) -> list[Finding]:
         share = share_of(s, saved * ms)
         if share < REPORT_SHARE:
             continue
+        if nbytes <= 0:
+            continue  # no op shapes behind the kernels (a CUDA graph replay): the traffic is unknown
         achieved = nbytes / ms / 1e6
-        bound = "memory-bound" if achieved >= MEMORY_BOUND_OF_PEAK * peak else "latency-bound"
+        memory_bound = achieved >= MEMORY_BOUND_OF_PEAK * peak or not s.has_gpu
+        bound = "memory-bound" if memory_bound else "latency-bound"
         top = max(groups, key=lambda g: g.ms)
         out.append(finding(
             "elementwise_chain", share,
@@ -180,7 +187,8 @@ def elementwise_chain(s: CaptureSummary, ctx: Context) -> list[Finding]:
             f"fuse the chain: torch.compile the function{at(site)} (Inductor emits one kernel that reads the "
             "inputs and writes the result once), or rewrite it with in-place / fused ops (torch.addcmul, "
             "torch.lerp, F.gelu)",
-            typical_wall_ms=ctx["typical"], stage=top.stage, module=top.module, call_site=site))
+            typical_wall_ms=ctx["typical"], stage=top.stage, module=top.module, call_site=site,
+            most_severe="critical" if memory_bound else "info"))
     return out
 
 
@@ -214,6 +222,8 @@ def cudnn_benchmark_off(s: CaptureSummary, ctx: Context) -> list[Finding]:
     if not shapes or conv_ms <= 0:
         return []
     conv_share = conv_ms / s.wall_ms
+    if CUDNN_BENCHMARK_GAIN * conv_share < REPORT_SHARE:
+        return []
     top = max(shapes, key=lambda g: g.ms)
     return [finding("cudnn_benchmark_off", CUDNN_BENCHMARK_GAIN * conv_share,
                     f"convolutions take {conv_ms:.1f} ms ({100 * conv_share:.0f} % of the run) with "

@@ -169,17 +169,20 @@ def host_bound(s: CaptureSummary, ctx: Context) -> list[Finding]:
     h, idle = s.evidence.host, s.evidence.idle
     if not s.has_gpu or not h.python_ms or not idle.host_wait_ms or not s.wall_ms:
         return []
-    at_stake = min(h.python_ms, idle.host_wait_ms)
+    inflation = profiler_added_ms(s)  # the profiler's Python tracer slows exactly this Python down
+    at_stake = max(0.0, min(h.python_ms, idle.host_wait_ms) - inflation)
     share = share_of(s, at_stake)
     if share < REPORT_SHARE:
         return []
+    site = h.python_site or getattr(idle, "host_wait_site", None)
     return [finding("host_bound", share,
                     f"the GPU waits {idle.host_wait_ms:.1f} ms on the host: {h.python_ms:.1f} ms of Python with no "
-                    f"torch op{at(h.python_site)}",
-                    {"python_ms": h.python_ms, "host_wait_ms": idle.host_wait_ms, "gpu_idle_ms": s.gpu_idle_ms},
+                    f"torch op{at(site)}",
+                    {"python_ms": h.python_ms, "host_wait_ms": idle.host_wait_ms, "gpu_idle_ms": s.gpu_idle_ms,
+                     "profiler_added_ms": inflation},
                     "move that Python off the per-call path (precompute it once, vectorise it with torch ops on "
                     "the GPU), or overlap it with GPU work",
-                    typical_wall_ms=ctx["typical"], call_site=h.python_site)]
+                    typical_wall_ms=ctx["typical"], call_site=site)]
 
 
 def cpu_ops_in_gpu_run(s: CaptureSummary, ctx: Context) -> list[Finding]:
@@ -218,6 +221,11 @@ def thread_oversubscription(s: CaptureSummary, ctx: Context) -> list[Finding]:
                     typical_wall_ms=ctx["typical"])]
 
 
+def profiler_added_ms(s: CaptureSummary) -> float:
+    """Host time the profiler added to the captured run: its profiled wall less the unprofiled one."""
+    return max(0.0, (s.profiled_wall_ms or 0.0) - (s.unprofiled_wall_ms or s.profiled_wall_ms or 0.0))
+
+
 def _session_key(stage: str, module: str) -> bool:
     """True for the session's own time around the tracker: its adapter stages and its loop between stages."""
     return stage in ADAPTER_STAGES or (stage == OUTSIDE_STAGES and module == OUTSIDE_STAGES)
@@ -248,8 +256,9 @@ def why_idle(s: CaptureSummary, breakdown: dict[str, float]) -> str:
         if ms < 0.05:
             continue
         label = IDLE_LABELS.get(key, key)
-        if key == "host_wait" and s.evidence.host.python_site:
-            label += f" (Python in {s.evidence.host.python_site})"
+        site = getattr(s.evidence.idle, "host_wait_site", None) or s.evidence.host.python_site
+        if key == "host_wait" and site:
+            label += f" (Python in {site})"
         parts.append(f"{ms:.1f} ms {label}")
     return ", ".join(parts)
 
@@ -278,7 +287,7 @@ def gpu_idle_gaps(s: CaptureSummary, ctx: Context) -> list[Finding]:
     blocked = causes.get("sync", 0.0) + causes.get("copy", 0.0)
     blocked_session = sum(g.dur_ms for g in s.gaps if g.cause in ("sync", "copy") and _session_key(g.stage, g.module))
     tracker_blocked = max(0.0, blocked - blocked_session)
-    inflation = max(0.0, (s.profiled_wall_ms or 0.0) - (s.unprofiled_wall_ms or s.profiled_wall_ms or 0.0))
+    inflation = profiler_added_ms(s)
     round_trip_host = sum(r.host_ms for r in s.round_trips)
     host = (tracker_idle - tracker_blocked - inflation - round_trip_host - ctx.get("launch_at_stake", 0.0))
     host = max(0.0, host)
