@@ -71,6 +71,23 @@ def test_recompiles_in_a_warm_run():
     assert "compile_in_warm_run" not in by_rule(found)  # the recompiles are that compile time
 
 
+def test_recompiles_seen_in_dynamos_counters():
+    """No recompiled region in the record, but dynamo compiled a frame in the warm run after the warm-up had:
+    the recompile limit hit on every call (recompile_each_call on the CPU)."""
+    limit = ("dynamo_run.unimplemented.Dynamo recompile limit exceeded\n  Explanation: Dynamo attempted to "
+             "recompile the code object too many times")
+    settings = {"dynamo_run.frames.total": "1", "dynamo_total.frames.total": "11", limit: "1"}
+    facts = CompileFacts(compile_ms=13.4, compile_site=SITE)
+    found = findings(planted(clean_gpu(wall_ms=50.0, profiled_wall_ms=50.0), compile=facts, settings=settings))
+    top = found[0]
+    assert top["rule"] == "recompile" and top["evidence"]["recompiles"] == 1
+    assert "Dynamo recompile limit exceeded" in top["title"] and "Explanation" not in top["title"]
+    assert "compile_in_warm_run" not in by_rule(found)
+    first = {"dynamo_run.frames.total": "1", "dynamo_total.frames.total": "1"}  # the only frame: a first compile
+    rules = by_rule(findings(planted(clean_gpu(wall_ms=50.0, profiled_wall_ms=50.0), compile=facts, settings=first)))
+    assert "recompile" not in rules and "compile_in_warm_run" in rules
+
+
 def test_compile_in_a_warm_run_without_recompiles():
     facts = CompileFacts(regions=1, region_calls=1, compile_ms=300.0, autotune_ms=100.0, compile_site=SITE)
     top = findings(planted(clean_gpu(wall_ms=500.0, profiled_wall_ms=500.0), compile=facts))[0]
@@ -107,7 +124,9 @@ def test_host_bound_python_with_no_torch_op_while_the_gpu_waits():
     profiled = dataclasses.replace(s, unprofiled_wall_ms=16.0)
     assert by_rule(findings(profiled))["host_bound"]["evidence"]["share"] == 0.1
     assert "host_bound" not in by_rule(findings(dataclasses.replace(s, unprofiled_wall_ms=12.0)))
-    assert "host_bound" not in by_rule(findings(planted(clean_cpu(), host=HostFacts(python_ms=50.0))))
+    # on the CPU the Python is on the critical path by itself: its share, net of the profiler's 2 ms
+    cpu = by_rule(findings(planted(clean_cpu(), host=HostFacts(python_ms=30.0, python_site=SITE))))["host_bound"]
+    assert cpu["evidence"]["share"] == pytest.approx(28 / 82, abs=1e-4) and cpu["call_site"] == SITE
 
 
 def test_gpu_idle_gaps_say_why():

@@ -111,18 +111,39 @@ def memory_near_capacity(s: CaptureSummary, ctx: Context) -> list[Finding]:
     return [f]
 
 
+def _counter(settings: dict[str, str], key: str) -> int:
+    try:
+        return int(settings.get(key, "0") or 0)
+    except ValueError:
+        return 0
+
+
+def warm_recompiles(s: CaptureSummary) -> tuple[int, tuple[str, ...]]:
+    """Recompilations in the captured warm run and dynamo's reasons: the evidence's count, else frames dynamo
+    compiled in the run (``dynamo_run.frames.total``) with compile time in it, after frames had been compiled
+    before it (the warm-up): a guard that failed, or the recompile limit hit on every call."""
+    c, settings = s.evidence.compile, s.evidence.settings
+    run_frames = _counter(settings, "dynamo_run.frames.total")
+    inferred = run_frames if (c.compile_ms > 0 and run_frames
+                              and _counter(settings, "dynamo_total.frames.total") > run_frames) else 0
+    reasons = tuple((k.split(".", 2)[2].splitlines() or [""])[0].strip() for k in settings
+                    if k.startswith(("dynamo_run.unimplemented.", "dynamo_run.recompiles.")))
+    return max(c.recompiles, inferred), c.reasons or reasons
+
+
 def recompile(s: CaptureSummary, ctx: Context) -> list[Finding]:
     """torch.compile recompiling in a warm run: a guard on a Python value or shape that changes."""
     c = s.evidence.compile
-    if not c.recompiles or not s.wall_ms:
+    count, why = warm_recompiles(s)
+    if not count or not s.wall_ms:
         return []
-    at_stake = min(s.wall_ms, max(c.compile_ms + c.autotune_ms, c.recompiles * RECOMPILE_COST_MS))
-    reasons = "; ".join(c.reasons[:2])
+    at_stake = min(s.wall_ms, max(c.compile_ms + c.autotune_ms, count * RECOMPILE_COST_MS))
+    reasons = "; ".join(r[:120] for r in why[:2])
     return [finding("recompile", share_of(s, at_stake),
-                    f"{c.recompiles} recompilations in a warm run{at(c.compile_site)} ({c.compile_ms:.0f} ms "
+                    f"{count} recompilations in a warm run{at(c.compile_site)} ({c.compile_ms:.0f} ms "
                     "compiling)" + (f": {reasons}" if reasons else ""),
-                    {"recompiles": c.recompiles, "compile_ms": c.compile_ms, "autotune_ms": c.autotune_ms,
-                     "regions": c.regions, "reasons": list(c.reasons[:5])},
+                    {"recompiles": count, "compile_ms": c.compile_ms, "autotune_ms": c.autotune_ms,
+                     "regions": c.regions, "reasons": list(why[:5])},
                     "find the changing guard (TORCH_LOGS=recompiles): pass a changing Python number as a tensor, "
                     "mark a changing size with torch._dynamo.mark_dynamic(x, dim), or compile with dynamic=True",
                     typical_wall_ms=ctx["typical"], call_site=c.compile_site)]
@@ -151,7 +172,7 @@ def compile_in_warm_run(s: CaptureSummary, ctx: Context) -> list[Finding]:
     """Compilation or autotuning inside a warm run that is no recompile: it should have happened once."""
     c = s.evidence.compile
     ms = c.compile_ms + c.autotune_ms
-    if c.recompiles or ms <= 0 or not s.wall_ms:
+    if warm_recompiles(s)[0] or ms <= 0 or not s.wall_ms:
         return []
     share = share_of(s, min(ms, s.wall_ms))
     if share < REPORT_SHARE:
@@ -165,19 +186,21 @@ def compile_in_warm_run(s: CaptureSummary, ctx: Context) -> list[Finding]:
 
 
 def host_bound(s: CaptureSummary, ctx: Context) -> list[Finding]:
-    """The host side slower than the GPU: user Python with no torch op under it while the GPU waits."""
+    """The host side slower than the GPU: user Python with no torch op under it while the GPU waits (on a CPU
+    run: that Python's share of the run, all of it on the critical path)."""
     h, idle = s.evidence.host, s.evidence.idle
-    if not s.has_gpu or not h.python_ms or not idle.host_wait_ms or not s.wall_ms:
+    if not h.python_ms or not s.wall_ms or (s.has_gpu and not idle.host_wait_ms):
         return []
     inflation = profiler_added_ms(s)  # the profiler's Python tracer slows exactly this Python down
-    at_stake = max(0.0, min(h.python_ms, idle.host_wait_ms) - inflation)
+    waited = min(h.python_ms, idle.host_wait_ms) if s.has_gpu else h.python_ms
+    at_stake = max(0.0, waited - inflation)
     share = share_of(s, at_stake)
     if share < REPORT_SHARE:
         return []
     site = h.python_site or getattr(idle, "host_wait_site", None)
+    lead = (f"the GPU waits {idle.host_wait_ms:.1f} ms on the host: " if s.has_gpu else "")
     return [finding("host_bound", share,
-                    f"the GPU waits {idle.host_wait_ms:.1f} ms on the host: {h.python_ms:.1f} ms of Python with no "
-                    f"torch op{at(site)}",
+                    f"{lead}{h.python_ms:.1f} ms of Python with no torch op{at(site)}",
                     {"python_ms": h.python_ms, "host_wait_ms": idle.host_wait_ms, "gpu_idle_ms": s.gpu_idle_ms,
                      "profiler_added_ms": inflation},
                     "move that Python off the per-call path (precompute it once, vectorise it with torch ops on "
