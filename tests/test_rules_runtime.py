@@ -124,9 +124,8 @@ def test_host_bound_python_with_no_torch_op_while_the_gpu_waits():
     profiled = dataclasses.replace(s, unprofiled_wall_ms=16.0)
     assert by_rule(findings(profiled))["host_bound"]["evidence"]["share"] == 0.1
     assert "host_bound" not in by_rule(findings(dataclasses.replace(s, unprofiled_wall_ms=12.0)))
-    # on the CPU the Python is on the critical path by itself: its share, net of the profiler's 2 ms
-    cpu = by_rule(findings(planted(clean_cpu(), host=HostFacts(python_ms=30.0, python_site=SITE))))["host_bound"]
-    assert cpu["evidence"]["share"] == pytest.approx(28 / 82, abs=1e-4) and cpu["call_site"] == SITE
+    # on the CPU the Python self time also holds the torch ops called through operators: not told apart
+    assert "host_bound" not in by_rule(findings(planted(clean_cpu(), host=HostFacts(python_ms=30.0))))
 
 
 def test_gpu_idle_gaps_say_why():

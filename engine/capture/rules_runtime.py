@@ -186,21 +186,24 @@ def compile_in_warm_run(s: CaptureSummary, ctx: Context) -> list[Finding]:
 
 
 def host_bound(s: CaptureSummary, ctx: Context) -> list[Finding]:
-    """The host side slower than the GPU: user Python with no torch op under it while the GPU waits (on a CPU
-    run: that Python's share of the run, all of it on the critical path)."""
+    """The host side slower than the GPU: user Python with no torch op under it while the GPU waits.
+
+    GPU runs only: on a CPU run the Python self time also holds the torch ops a function calls through
+    operators (``0.25 * x`` records no Python frame), so it cannot tell Python from the ops' own work; there
+    the tiny-op loop is launch_bound_capture's.
+    """
     h, idle = s.evidence.host, s.evidence.idle
-    if not h.python_ms or not s.wall_ms or (s.has_gpu and not idle.host_wait_ms):
+    if not s.has_gpu or not h.python_ms or not idle.host_wait_ms or not s.wall_ms:
         return []
     inflation = profiler_added_ms(s)  # the profiler's Python tracer slows exactly this Python down
-    waited = min(h.python_ms, idle.host_wait_ms) if s.has_gpu else h.python_ms
-    at_stake = max(0.0, waited - inflation)
+    at_stake = max(0.0, min(h.python_ms, idle.host_wait_ms) - inflation)
     share = share_of(s, at_stake)
     if share < REPORT_SHARE:
         return []
     site = h.python_site or getattr(idle, "host_wait_site", None)
-    lead = (f"the GPU waits {idle.host_wait_ms:.1f} ms on the host: " if s.has_gpu else "")
     return [finding("host_bound", share,
-                    f"{lead}{h.python_ms:.1f} ms of Python with no torch op{at(site)}",
+                    f"the GPU waits {idle.host_wait_ms:.1f} ms on the host: {h.python_ms:.1f} ms of Python with no "
+                    f"torch op{at(site)}",
                     {"python_ms": h.python_ms, "host_wait_ms": idle.host_wait_ms, "gpu_idle_ms": s.gpu_idle_ms,
                      "profiler_added_ms": inflation},
                     "move that Python off the per-call path (precompute it once, vectorise it with torch ops on "
