@@ -37,6 +37,17 @@ def test_layout_transposes_around_convs():
     assert "channels_last" in top["suggestion"]
 
 
+def test_copies_where_layouts_mix_are_named_by_the_layout_and_a_chain_of_copies_by_the_copies():
+    mixed = (*group("layout_transpose", count=10, ms=2.0, names=(TRANSPOSE,)), *group("contiguous_copy", ms=4.0))
+    found = findings(planted(clean_gpu(), kernel_groups=mixed))
+    assert [f["rule"] for f in above_info(found)] == ["layout_transpose"]
+    assert found[0]["evidence"]["share"] == 0.1 and "contiguous_copy_share" in found[0]["evidence"]
+    copies = (*group("contiguous_copy", ms=4.0), *chain())
+    found = findings(planted(clean_gpu(), kernel_groups=copies))
+    assert [f["rule"] for f in above_info(found)] == ["contiguous_copy"]
+    assert found[0]["evidence"]["share"] == 0.2 and found[0]["severity"] == "warning"  # the chain's, larger
+
+
 def test_contiguous_copies_on_the_hot_path():
     top = findings(planted(clean_gpu(), kernel_groups=group("contiguous_copy", count=30, ms=4.0)))[0]
     assert top["rule"] == "contiguous_copy" and top["evidence"]["share"] == 0.1 and top["severity"] == "warning"

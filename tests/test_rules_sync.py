@@ -152,3 +152,21 @@ def test_cpu_round_trip_in_the_tracker_but_not_in_the_adapter_stages():
     assert top["rule"] == "cpu_round_trip" and top["module"] == "filter" and top["severity"] == "critical"
     download = RoundTripRow("download", "(stage body)", 8 * MiB, 8 * MiB, 4.0, 3.3, ("aten::copy_",))
     assert above_info(findings(clean_gpu(round_trips=(download,)))) == []
+
+
+def upload_syncs(count=10):
+    return syncs(kind="to_host", op="aten::copy_", count=count, wait_ms=count * 0.8, idle_after_ms=0.5)
+
+
+def test_the_host_waiting_for_uploads_is_named_by_the_upload():
+    """A .to(device) of a CPU tensor syncs inside aten::copy_: at a site that only uploads, that wait is the
+    upload's (kind "upload"), named by repeated_copy or pageable_copy, never 'copy to the host once'."""
+    found = findings(planted(clean_gpu(), copies=pageable(repeated=3), syncs=upload_syncs()))
+    top = found[0]
+    assert top["rule"] == "repeated_copy" and "host_sync_share" in top["evidence"]
+    assert [f["rule"] for f in above_info(found)] == ["repeated_copy"]
+    found = findings(planted(clean_gpu(), copies=pageable(), syncs=upload_syncs()))
+    assert found[0]["rule"] == "pageable_copy" and "host_sync_share" in found[0]["evidence"]
+    assert found[0]["evidence"]["share"] == pytest.approx(8.5 / 20, abs=1e-4)  # the sync's wait, the larger
+    alone = by_rule(findings(planted(clean_gpu(), copies=pageable(nbytes=4 * 8, ms=0.2), syncs=upload_syncs())))
+    assert alone["host_sync"]["evidence"]["kind"] == "upload" and "pinned" in alone["host_sync"]["suggestion"]

@@ -6,10 +6,11 @@ reduced runs, TF32, tensor-core shapes) and ``rules_runtime`` (memory, compilati
 idle). The finding's shape and its severity are ``engine.capture.finding``'s; docs/diagnosis.md says
 what each rule reads, when it fires, what it suggests and what it cannot see.
 
-One problem is named once, by its cause: a sync loop's launches go into host_sync; a pageable copy
-that is also repeated, synchronous, a sync or part of a round trip goes into that finding; GPU idle
-gaps go into the finding that explains them (its module, or a run-wide host-side cause), which then
-carries the idle time as evidence.
+One problem is named once, by its cause (``_named_by_their_cause``): a sync loop's launches go into
+host_sync; a pageable copy that is also repeated, synchronous, a sync or part of a round trip goes into
+that finding; contiguous copies where layouts mix into layout_transpose; GPU idle gaps into the finding
+that explains them (its module, or a run-wide host-side cause). The cause keeps the larger share and
+carries the other's as evidence.
 """
 
 from __future__ import annotations
@@ -105,8 +106,7 @@ def diagnose_capture(summary: CaptureSummary, *, precision: str | None = None,
     for rule in RULES:
         findings.extend(rule(summary, ctx))
     findings = _syncs_explain_launches(findings, ctx)
-    findings = _copies_named_by_their_cause(findings)
-    findings = _fold(findings, "cpu_ops_in_gpu_run", ("cpu_round_trip",), lambda child, owner: True)
+    findings = _named_by_their_cause(findings, ctx)
     findings = _idle_explained_by_its_cause(findings)
     findings.sort(key=lambda f: (-f["evidence"]["share"], SEVERITY_ORDER[f["severity"]]))
     return findings
@@ -139,32 +139,62 @@ def _idle_explained_by_its_cause(findings: list[Finding]) -> list[Finding]:
 
 
 def _fold(findings: list[Finding], child_rule: str, owner_rules: tuple[str, ...],
-          same: Callable[[Finding, Finding], bool]) -> list[Finding]:
-    """Drop ``child_rule`` findings that an ``owner_rules`` finding (``same`` place, at least as costly) already
-    names; the owner keeps the child's share as ``CHILD_share`` in its evidence."""
-    owners = [f for f in findings if f["rule"] in owner_rules]
+          same: Callable[[Finding, Finding], bool], ctx: Context,
+          which: Callable[[Finding], bool] = lambda f: True) -> list[Finding]:
+    """Fold each ``child_rule`` finding (those ``which`` picks) into an ``owner_rules`` finding of the ``same``
+    place (the first rule listed first): the owner names the cause, keeps the larger share (its fix removes
+    both) and carries the child's share as ``CHILD_share`` in its evidence."""
+    owners = sorted((f for f in findings if f["rule"] in owner_rules), key=lambda f: owner_rules.index(f["rule"]))
     out = []
     for f in findings:
-        if f["rule"] == child_rule:
-            owner = next((o for o in owners if same(f, o) and o["evidence"]["share"] >= f["evidence"]["share"]),
-                         None)
+        if f["rule"] == child_rule and which(f):
+            owner = next((o for o in owners if o is not f and same(f, o)), None)
             if owner is not None:
+                _grow(owner, f["evidence"]["share"], ctx)
                 owner["evidence"][f"{child_rule}_share"] = f["evidence"]["share"]
                 continue
         out.append(f)
     return out
 
 
+def _grow(owner: Finding, share: float, ctx: Context) -> None:
+    """Raise a finding's share (and with it its severity and ms at stake) to ``share`` if that is larger."""
+    if share <= owner["evidence"]["share"]:
+        return
+    owner["evidence"]["share"] = round(share, 4)
+    if ctx["typical"]:
+        owner["evidence"]["ms_at_stake"] = round(share * ctx["typical"], 3)
+    if SEVERITY_ORDER[severity(share)] < SEVERITY_ORDER[owner["severity"]]:
+        owner["severity"] = severity(share)
+
+
 def _same_site(child: Finding, owner: Finding) -> bool:
     return bool(child["call_site"]) and child["call_site"] == owner["call_site"]
 
 
-def _copies_named_by_their_cause(findings: list[Finding]) -> list[Finding]:
-    """A pageable copy that is repeated per call, synchronous, a sync (.cpu()) or part of a round trip is
-    that finding's: caching, async copies, fewer reads or staying on the GPU fix it, pinning comes second."""
-    findings = _fold(findings, "pageable_copy", ("repeated_copy", "sync_copy", "host_sync"), _same_site)
-    return _fold(findings, "pageable_copy", ("cpu_round_trip",),
-                 lambda child, owner: bool(child["module"]) and child["module"] == owner["module"])
+def _same_module(child: Finding, owner: Finding) -> bool:
+    return bool(child["module"]) and child["module"] == owner["module"]
+
+
+def _named_by_their_cause(findings: list[Finding], ctx: Context) -> list[Finding]:
+    """Related findings of one place named once, by the cause whose fix removes the others:
+
+    - a pageable copy that is repeated per call, synchronous, a ``.cpu()`` sync or part of a round trip is
+      that finding's (caching, async copies, one read after the loop or staying on the GPU fix it);
+    - the host waiting for each upload of host data (a sync inside ``.to(device)``) is the upload's finding;
+    - ``.contiguous()`` copies where layouts mix are the layout mismatch's; an elementwise chain of copy
+      kernels is the copies' (or the layout's);
+    - CPU ops of a host round trip are the round trip's.
+    """
+    findings = _fold(findings, "pageable_copy", ("repeated_copy", "sync_copy", "host_sync"),
+                     lambda child, owner: _same_site(child, owner) and owner["evidence"].get("kind") != "upload",
+                     ctx)
+    findings = _fold(findings, "pageable_copy", ("cpu_round_trip",), _same_module, ctx)
+    findings = _fold(findings, "host_sync", ("repeated_copy", "pageable_copy"), _same_site, ctx,
+                     which=lambda f: f["evidence"].get("kind") == "upload")
+    findings = _fold(findings, "contiguous_copy", ("layout_transpose",), _same_site, ctx)
+    findings = _fold(findings, "elementwise_chain", ("contiguous_copy", "layout_transpose"), _same_site, ctx)
+    return _fold(findings, "cpu_ops_in_gpu_run", ("cpu_round_trip",), lambda child, owner: True, ctx)
 
 
 def _syncs_explain_launches(findings: list[Finding], ctx: dict[str, Any]) -> list[Finding]:

@@ -7,6 +7,7 @@ code only (``finding.user_rows``): trackscope's upload, download and loop are ne
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from engine.capture.evidence import CopyRow, SyncRow
@@ -48,11 +49,14 @@ SYNC_FIX = {
                    "to time GPU work use torch.cuda.Event(enable_timing=True) pairs read once at the end",
     "blocking_copy": "use cudaMemcpyAsync / tensor.copy_(src, non_blocking=True) with pinned host memory, "
                      "and fill with torch.zeros/fill_ on the device instead of a synchronous memset",
+    "upload": "the host waits for each upload of host data (.to(device) of a CPU tensor syncs): create the tensor "
+              "on the GPU once and reuse it, or copy from pinned memory with non_blocking=True",
     "other": "find the call that waits for the GPU there (a host read of a device value) and keep the value "
              "on the GPU until after the loop",
 }
 SYNC_WHAT = {"item": ".item()/scalar reads", "to_host": "device-to-host copies", "nonzero": "data-dependent shapes",
-             "synchronize": "explicit synchronize", "blocking_copy": "blocking copies", "other": "host reads"}
+             "synchronize": "explicit synchronize", "blocking_copy": "blocking copies", "upload": "waits for uploads",
+             "other": "host reads"}
 
 
 def host_sync(s: CaptureSummary, ctx: Context) -> list[Finding]:
@@ -61,9 +65,12 @@ def host_sync(s: CaptureSummary, ctx: Context) -> list[Finding]:
         return []
     if not s.evidence.syncs:
         return _host_sync_from_cells(s, ctx)
-    blocking_sites = {c.site for c in user_rows(s.evidence.copies) if _sync_api(c)}
-    rows = [r for r in user_rows(s.evidence.syncs)  # a synchronous memcpy is sync_copy's
-            if not (r.kind == "blocking_copy" and r.site in blocking_sites)]
+    copies = user_rows(s.evidence.copies)
+    blocking_sites = {c.site for c in copies if _sync_api(c)}
+    uploads = {c.site for c in copies if c.direction == "HtoD"} - {c.site for c in copies if c.direction == "DtoH"}
+    rows = [r if not (r.kind == "to_host" and r.site in uploads) else dataclasses.replace(r, kind="upload")
+            for r in user_rows(s.evidence.syncs)  # a copy op's sync at a site that only uploads: an upload's
+            if not (r.kind == "blocking_copy" and r.site in blocking_sites)]  # a synchronous memcpy: sync_copy's
     if sum(r.count for r in rows) < SYNC_MIN:
         return []
     out = []
