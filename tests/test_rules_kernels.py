@@ -161,6 +161,14 @@ def test_tf32_off_names_fp32_cuda_core_gemms_in_tf32_mode_once():
     assert top["rule"] == "tf32_off" and "allow_tf32_matmul=False" in top["title"]
     assert "remove" in top["suggestion"]
     assert "tf32_off" not in by_rule(findings(clean_gpu(precision="fp32", top_kernels=(SIMT,))))  # IEEE on purpose
+    # a kernel whose name reads as TF32 (cuBLAS nvjet 's' inputs) while the run's settings show TF32 off
+    nvjet = KernelRow("nvjet_sm90_sss_128x128_64x4_1x2_h_bz_coopA_NNN", "gemm", True, "tf32", 90, 100, 10.0,
+                      False, "refine", "refine.mlp")
+    assert "tf32_off" not in by_rule(findings(clean_gpu(precision="tf32", top_kernels=(nvjet,))))
+    said_off = planted(clean_gpu(precision="tf32", top_kernels=(nvjet,)), settings={"allow_tf32_matmul": "False"})
+    assert findings(said_off)[0]["rule"] == "tf32_off"
+    cudnn_only = planted(clean_gpu(precision="tf32", top_kernels=(nvjet,)), settings={"allow_tf32_cudnn": "False"})
+    assert "tf32_off" not in by_rule(findings(cudnn_only))  # the GEMM's switch is on
     upload = dataclasses.replace(SIMT, stage="upload")
     assert above_info(findings(clean_gpu(precision="tf32", top_kernels=(upload,)))) == []
 
@@ -180,6 +188,12 @@ def test_gemm_misaligned_in_tensor_core_modes():
     assert top["rule"] == "gemm_misaligned" and top["call_site"] == SITE and top["evidence"]["share"] == 0.15
     assert "1000x250x130" in top["title"] and "multiple of 8" in top["suggestion"]
     assert "gemm_misaligned" not in by_rule(findings(planted(clean_gpu(precision="fp32"), gemm_shapes=misaligned())))
+    # the CUDA-core kernels of those shapes are the misalignment's finding, not a second one
+    gemv = KernelRow("void gemv2T_kernel_val<int, int, __nv_bfloat16, float, float, 128, 16, 4, 4>", "gemm", False,
+                     "bf16", None, 40, 6.0, False, "refine", "refine.mlp")
+    found = findings(planted(clean_gpu(top_kernels=(gemv,)), gemm_shapes=misaligned()))
+    assert [f["rule"] for f in above_info(found)] == ["gemm_misaligned"]
+    assert "no_tensor_cores" in by_rule(findings(clean_gpu(top_kernels=(gemv,))))
     aligned = tuple(dataclasses.replace(g, misaligned=()) for g in misaligned())
     assert "gemm_misaligned" not in by_rule(findings(planted(clean_gpu(), gemm_shapes=aligned)))
     assert above_info(findings(planted(clean_gpu(), gemm_shapes=as_trackscope(misaligned())))) == []

@@ -48,8 +48,8 @@ def test_large_allocation_per_call_is_about_memory_not_time():
     f = by_rule(found)["large_allocation"]
     assert found[0] is f and f["call_site"] == SITE and f["evidence"]["share"] == 0.0
     assert f["severity"] == "info" and f["evidence"]["of_capacity"] == pytest.approx(40 * GiB / H200_BYTES, abs=1e-4)
-    middling = memory(largest_allocation_bytes=2 * GiB, allocated_bytes=3 * GiB)
-    assert "large_allocation" in by_rule(findings(planted(clean_gpu(), memory=middling)))  # over 1 GiB
+    middling = memory(largest_allocation_bytes=256 * MiB, allocated_bytes=512 * MiB)
+    assert "large_allocation" in by_rule(findings(planted(clean_gpu(), memory=middling)))  # from 256 MiB
     assert "large_allocation" not in by_rule(findings(clean_gpu()))  # 20 MiB
 
 

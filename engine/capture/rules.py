@@ -184,6 +184,7 @@ def _named_by_their_cause(findings: list[Finding], ctx: Context) -> list[Finding
     - the host waiting for each upload of host data (a sync inside ``.to(device)``) is the upload's finding;
     - ``.contiguous()`` copies where layouts mix are the layout mismatch's; an elementwise chain of copy
       kernels is the copies' (or the layout's);
+    - CUDA-core GEMMs in the module of a misaligned GEMM shape are the misalignment's;
     - CPU ops of a host round trip are the round trip's.
     """
     findings = _fold(findings, "pageable_copy", ("repeated_copy", "sync_copy", "host_sync"),
@@ -194,6 +195,7 @@ def _named_by_their_cause(findings: list[Finding], ctx: Context) -> list[Finding
                      which=lambda f: f["evidence"].get("kind") == "upload")
     findings = _fold(findings, "contiguous_copy", ("layout_transpose",), _same_site, ctx)
     findings = _fold(findings, "elementwise_chain", ("contiguous_copy", "layout_transpose"), _same_site, ctx)
+    findings = _fold(findings, "no_tensor_cores", ("gemm_misaligned",), _same_module, ctx)
     return _fold(findings, "cpu_ops_in_gpu_run", ("cpu_round_trip",), lambda child, owner: True, ctx)
 
 

@@ -124,10 +124,16 @@ def _tf32_settings_off(s: CaptureSummary) -> dict[str, str]:
 
 
 def _tf32_candidates(s: CaptureSummary, ctx: Context) -> list[KernelRow]:
+    """GEMM/conv kernels computing in IEEE fp32 in a tf32 run: CUDA-core fp32 kernels, and every fp32-input
+    kernel of a kind whose TF32 switch the run's settings show off (a kernel name need not say it)."""
     if ctx["precision"] != "tf32" or not s.has_gpu:
         return []
-    return [k for k in _kernel_rows(s) if k.kind in ("gemm", "conv") and k.tensor_core is False
-            and k.precision == "fp32" and not NEVER_TENSOR_CORE.search(k.name)]
+    off = _tf32_settings_off(s)
+    kinds_off = {"gemm"} if ("allow_tf32_matmul" in off or "float32_matmul_precision" in off) else set()
+    kinds_off |= {"conv"} if "allow_tf32_cudnn" in off else set()
+    return [k for k in _kernel_rows(s) if k.kind in ("gemm", "conv") and not NEVER_TENSOR_CORE.search(k.name)
+            and ((k.tensor_core is False and k.precision == "fp32")
+                 or (k.kind in kinds_off and k.precision in ("fp32", "tf32")))]
 
 
 def tf32_off(s: CaptureSummary, ctx: Context) -> list[Finding]:

@@ -25,8 +25,9 @@ from engine.capture.summary import ADAPTER_STAGES, CaptureSummary
 
 #: cudaFree synchronises the device: at least a sync's cost on top of its own host time
 FREE_SYNC_MS = SYNC_COST_MS
+MiB = 1 << 20
 GiB = 1 << 30
-LARGE_ALLOCATION_BYTES = 1 * GiB  # one allocation per call this large is worth reusing
+LARGE_ALLOCATION_BYTES = 256 * MiB  # one allocation per call this large is worth reusing (info: memory)
 LARGE_ALLOCATION_OF_CAPACITY = 0.1  # ... or this share of the card's memory
 NEAR_CAPACITY_INFO = 0.85  # peak reserved over capacity: info from here
 NEAR_CAPACITY_WARNING = 0.95  # warning from here (the next larger input runs out of memory)
