@@ -26,6 +26,9 @@ from engine.capture.finding import (
 from engine.capture.summary import ADAPTER_STAGES, AUTOCAST_PRECISIONS, CaptureSummary, KernelRow
 
 TENSOR_CORE_MODES = ("tf32", "fp16", "bf16")
+#: elements a tensor-core tile dimension is a multiple of, by the precision a GEMM computes in (as the gatherer
+#: judges misalignment, engine.capture.gather), for the title
+TENSOR_CORE_GRANULE = {"fp16": 8, "bf16": 8, "tf32": 4, "int8": 16, "fp8": 16}
 #: CUDA-core kernels that no TF32 setting changes: depthwise convs, matrix-vector and tiny-N GEMMs
 NEVER_TENSOR_CORE = re.compile(r"depthwise|gemv|gemmSN|gemmk1|dot_kernel", re.I)
 #: GEMM/conv aten ops (fp32_ops rows of these are the fp32_gemm kernel groups' when both are recorded)
@@ -197,10 +200,11 @@ def gemm_misaligned(s: CaptureSummary, ctx: Context) -> list[Finding]:
             continue
         top = max(group, key=lambda g: g.ms)
         dims = "x".join(str(d) for d in top.dims)
+        granule = TENSOR_CORE_GRANULE.get(top.dtype) or TENSOR_CORE_GRANULE.get(ctx["precision"], 8)
         out.append(finding(
             "gemm_misaligned", share,
             f"{sum(g.count for g in group)} {top.op} calls with shapes tensor cores cannot tile{at(site)}: "
-            f"{dims} {top.dtype} ({', '.join(top.misaligned)} not a multiple of 8), {ms:.2f} ms"
+            f"{dims} {top.dtype} ({', '.join(top.misaligned)} not a multiple of {granule}), {ms:.2f} ms"
             + where(top.module),
             {"ms": ms, "calls": sum(g.count for g in group), "dims": list(top.dims), "dtype": top.dtype,
              "misaligned": list(top.misaligned), "shapes": len(group),
