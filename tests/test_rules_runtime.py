@@ -69,6 +69,8 @@ def test_recompiles_in_a_warm_run():
     assert top["rule"] == "recompile" and top["call_site"] == SITE and top["evidence"]["share"] == 0.8
     assert "size mismatch" in top["title"] and "mark_dynamic" in top["suggestion"]
     assert "compile_in_warm_run" not in by_rule(found)  # the recompiles are that compile time
+    unmeasured = planted(clean_gpu(wall_ms=500.0, profiled_wall_ms=500.0), compile=CompileFacts(recompiles=2))
+    assert findings(unmeasured)[0]["evidence"]["share"] == pytest.approx(2 * 50 / 500)  # the stated floor
 
 
 def test_recompiles_seen_in_dynamos_counters():
@@ -81,6 +83,7 @@ def test_recompiles_seen_in_dynamos_counters():
     found = findings(planted(clean_gpu(wall_ms=50.0, profiled_wall_ms=50.0), compile=facts, settings=settings))
     top = found[0]
     assert top["rule"] == "recompile" and top["evidence"]["recompiles"] == 1
+    assert top["evidence"]["share"] == pytest.approx(13.4 / 50, abs=1e-4)  # measured, not the 50 ms floor
     assert "Dynamo recompile limit exceeded" in top["title"] and "Explanation" not in top["title"]
     assert "compile_in_warm_run" not in by_rule(found)
     first = {"dynamo_run.frames.total": "1", "dynamo_total.frames.total": "1"}  # the only frame: a first compile
