@@ -97,7 +97,8 @@ def test_summary_and_rules_from_a_gpu_trace():
     assert s.sync_sites[0].call_site == SITE and s.gaps[0].cause in ("sync", "host")
     rules = {f["rule"]: f for f in diagnose_capture(s)}
     assert rules["cpu_round_trip"]["module"] == "match.scorer"
-    assert rules["no_tensor_cores"]["evidence"]["ms"] == 0.05  # SIMT fp32 GEMM in a tf32 run
+    assert rules["tf32_off"]["evidence"]["ms"] == 0.05  # SIMT fp32 GEMM in a tf32 run: TF32 off for it
+    assert "no_tensor_cores" not in rules  # the same kernels, named once
     assert "host_sync" not in rules  # one sync is no finding
     assert "legacy_arch_kernels" not in rules  # an sm80 SIMT kernel on 9.0: older, but no tensor-core path lost
 

@@ -152,7 +152,8 @@ def test_capture_rules_run_on_load_over_a_reports_deep_capture_summary(tmp_path,
             totals=dataclasses.replace(base.totals, warm_ms_median=run["wall_ms_median"]))
         found = analyse(report).capture_findings
         today = diagnose_capture(CaptureSummary.from_dict(run["summary"]), precision=run["precision"],
-                                 capability=report.capability, typical_wall_ms=run["wall_ms_median"])
+                                 capability=report.capability, typical_wall_ms=run["wall_ms_median"],
+                                 device_name=report.device_name)
         assert [{k: v for k, v in f.items() if k != "label"} for f in found] == today, run["label"]
         # today's rules name what the device run named, less what one finding now folds into another
         # (a sync loop's launches, a cause's idle gaps)

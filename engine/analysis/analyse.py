@@ -76,7 +76,7 @@ def capture_findings(report: Report) -> tuple[dict[str, Any], ...]:
         log.warning("capture section of %s not analysed: %s", report.short_label(), exc.message)
         return ()
     found = diagnose_capture(summary, precision=report.precision, capability=report.capability,
-                             typical_wall_ms=report.totals.warm_ms_median)
+                             typical_wall_ms=report.totals.warm_ms_median, device_name=report.device_name)
     return tuple({**f, "label": report.label or None} for f in found)
 
 

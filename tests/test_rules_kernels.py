@@ -1,0 +1,199 @@
+"""Kernel and precision rules on constructed summaries: layout transposes, contiguous copies, launches (GPU
+and CPU), elementwise chains, cudnn.benchmark, float64, fp32 under autocast, tf32_off, misaligned GEMMs."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from engine.capture.evidence import GemmShape, KernelGroup
+from engine.capture.summary import KernelRow
+from tests.rules_cases import (
+    SITE,
+    above_info,
+    as_trackscope,
+    by_rule,
+    clean_cpu,
+    clean_gpu,
+    findings,
+    planted,
+    row,
+)
+
+
+def group(kind, count=40, ms=6.0, names=("k",), nbytes=0, length=0, site=SITE):
+    return (KernelGroup(kind, count, ms, names, nbytes, length, site=site, layer="user", stage="refine",
+                        module="refine.mlp"),)
+
+
+TRANSPOSE = "void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)2>"
+
+
+def test_layout_transposes_around_convs():
+    top = findings(planted(clean_gpu(), kernel_groups=group("layout_transpose", names=(TRANSPOSE,))))[0]
+    assert top["rule"] == "layout_transpose" and top["call_site"] == SITE and TRANSPOSE in top["evidence"]["names"]
+    assert top["evidence"]["share"] == pytest.approx(6.0 * 39 / 40 / 20, abs=1e-4)  # all but the input's one
+    assert "channels_last" in top["suggestion"]
+
+
+def test_copies_where_layouts_mix_are_named_by_the_layout_and_a_chain_of_copies_by_the_copies():
+    mixed = (*group("layout_transpose", count=10, ms=2.0, names=(TRANSPOSE,)), *group("contiguous_copy", ms=4.0))
+    found = findings(planted(clean_gpu(), kernel_groups=mixed))
+    assert [f["rule"] for f in above_info(found)] == ["layout_transpose"]
+    assert found[0]["evidence"]["share"] == 0.1 and "contiguous_copy_share" in found[0]["evidence"]
+    copies = (*group("contiguous_copy", ms=4.0), *chain())
+    found = findings(planted(clean_gpu(), kernel_groups=copies))
+    assert [f["rule"] for f in above_info(found)] == ["contiguous_copy"]
+    assert found[0]["evidence"]["share"] == 0.2 and found[0]["severity"] == "warning"  # the chain's, larger
+
+
+def test_contiguous_copies_on_the_hot_path():
+    top = findings(planted(clean_gpu(), kernel_groups=group("contiguous_copy", count=30, ms=4.0)))[0]
+    assert top["rule"] == "contiguous_copy" and top["evidence"]["share"] == 0.1 and top["severity"] == "warning"
+    assert ".contiguous()" in top["suggestion"]
+
+
+@pytest.mark.parametrize("kind", ["layout_transpose", "contiguous_copy", "fp64", "elementwise_chain", "fp32_gemm"])
+def test_kernel_groups_of_trackscope_are_no_finding(kind):
+    rows = group(kind, nbytes=18 * 10**9, length=6)
+    assert above_info(findings(planted(clean_gpu(), kernel_groups=as_trackscope(rows)))) == []
+    assert above_info(findings(planted(clean_gpu(), kernel_groups=rows))) != []  # the same rows, the user's
+
+
+def test_launch_bound_on_the_cpu_from_op_count_and_time_per_op():
+    loop = row("refine", "refine.loop", wall_ms=60.0, cpu_ops=5000)  # 12 us per op
+    s = clean_cpu(cells=(loop, row("refine", "refine.mlp", wall_ms=20.0, cpu_ops=50)))
+    top = findings(s)[0]
+    assert top["rule"] == "launch_bound_capture" and top["module"] == "refine.loop"
+    assert top["evidence"]["share"] == pytest.approx(5000 * 0.005 / 82, abs=1e-4) and top["severity"] == "critical"
+    few = clean_cpu(cells=(row("refine", "refine.loop", wall_ms=6.0, cpu_ops=500),))
+    heavy = clean_cpu(cells=(row("refine", "refine.loop", wall_ms=600.0, cpu_ops=5000),))  # 120 us per op: work
+    adapter = clean_cpu(cells=(row("download", "(stage body)", wall_ms=60.0, cpu_ops=5000),))
+    for quiet in (few, heavy, adapter):
+        assert "launch_bound_capture" not in by_rule(findings(quiet))
+
+
+def chain(nbytes=18 * 10**9, ms=6.0, length=6):
+    return group("elementwise_chain", count=12, ms=ms, names=("vectorized_elementwise_kernel<mul>",),
+                 nbytes=nbytes, length=length)
+
+
+def test_elementwise_chain_memory_bound_against_the_cards_peak():
+    s = planted(clean_gpu(), kernel_groups=chain())
+    top = findings(s)[0]
+    assert top["rule"] == "elementwise_chain" and top["call_site"] == SITE
+    ev = top["evidence"]
+    assert ev["achieved_gbps"] == 3000.0 and ev["peak_gbps"] == 4800.0 and ev["bound"] == "memory-bound"
+    assert ev["share"] == pytest.approx(6.0 * (1 - 2 / 6) / 20, abs=1e-4)
+    assert "torch.compile" in top["suggestion"] and SITE in top["suggestion"]
+    # a card not in the table: the stated default peak
+    unknown = dataclasses.replace(s, evidence=dataclasses.replace(s.evidence, settings={}))
+    assert by_rule(findings(unknown))["elementwise_chain"]["evidence"]["peak_gbps"] == 1500.0
+    assert by_rule(findings(s, device_name="Tesla T4"))["elementwise_chain"]["evidence"]["peak_gbps"] == 320.0
+    # small tensors: still fusable, but latency-bound
+    small = by_rule(findings(planted(clean_gpu(), kernel_groups=chain(nbytes=6 * 10**6))))["elementwise_chain"]
+    assert small["evidence"]["bound"] == "latency-bound" and small["severity"] == "info"  # launches: not its time
+    # kernels with no op shapes behind them (a CUDA graph replay, CorrTrack's on the H200): traffic unknown
+    assert "elementwise_chain" not in by_rule(findings(planted(clean_gpu(), kernel_groups=chain(nbytes=0))))
+    assert "elementwise_chain" not in by_rule(findings(planted(clean_gpu(), kernel_groups=chain(length=2))))
+
+
+def test_elementwise_chain_on_the_cpu():
+    top = findings(planted(clean_cpu(), kernel_groups=chain(nbytes=10**9, ms=60.0)))[0]
+    assert top["rule"] == "elementwise_chain" and top["evidence"]["peak_gbps"] == 20.0
+    assert "ops" in top["title"]
+
+
+def conv_shapes():
+    return (GemmShape("aten::convolution", (8, 64, 64), "c10::BFloat16", 40, 12.0, site=SITE, layer="user",
+                      module="features.conv"),)
+
+
+def test_cudnn_benchmark_off_with_fixed_conv_shapes():
+    s = planted(clean_gpu(kernel_class_ms={"conv tc bf16 sm90": 14.0, "other bf16": 2.0}), gemm_shapes=conv_shapes())
+    top = findings(s)[0]
+    assert top["rule"] == "cudnn_benchmark_off" and top["call_site"] == SITE
+    assert top["evidence"]["share"] == pytest.approx(0.1 * 14 / 20, abs=1e-4) and top["severity"] == "warning"
+    assert "cudnn.benchmark = True" in top["suggestion"] and "unknown" in top["suggestion"]
+    some = planted(clean_gpu(kernel_class_ms={"conv tc bf16 sm90": 8.0}), gemm_shapes=conv_shapes())
+    assert by_rule(findings(some))["cudnn_benchmark_off"]["severity"] == "info"  # convs not most of the run
+    few = planted(clean_gpu(kernel_class_ms={"conv tc bf16 sm90": 1.0}), gemm_shapes=conv_shapes())
+    assert "cudnn_benchmark_off" not in by_rule(findings(few))  # a tenth of 5 % of the run: under 1 %
+    on = dataclasses.replace(s, evidence=dataclasses.replace(s.evidence, settings={"cudnn_benchmark": "True"}))
+    assert "cudnn_benchmark_off" not in by_rule(findings(on))
+    no_shapes = clean_gpu(kernel_class_ms={"conv tc bf16 sm90": 14.0})
+    assert "cudnn_benchmark_off" not in by_rule(findings(no_shapes))
+
+
+def test_float64_on_the_gpu_and_on_the_cpu():
+    top = findings(planted(clean_gpu(), kernel_groups=group("fp64", count=20, names=("gemm<double>",))))[0]
+    assert top["rule"] == "float64" and top["call_site"] == SITE and top["evidence"]["share"] == 0.15
+    assert "float32" in top["suggestion"]
+    cpu = findings(planted(clean_cpu(), kernel_groups=group("fp64", count=20, ms=30.0, names=("aten::mul",))))
+    assert cpu[0]["rule"] == "float64" and cpu[0]["severity"] == "warning"
+
+
+def test_fp32_gemm_kernels_under_autocast():
+    s = planted(clean_gpu(), kernel_groups=group("fp32_gemm", count=50, ms=8.0,
+                                                 names=("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n",)))
+    top = findings(s)[0]
+    assert top["rule"] == "fp32_under_autocast" and top["call_site"] == SITE and top["evidence"]["share"] == 0.2
+    assert "torch.autocast" in top["suggestion"]
+    assert "fp32_under_autocast" not in by_rule(findings(s, precision="tf32"))
+
+
+SIMT = KernelRow("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8_ffma_kernel", "gemm", False, "fp32", 80,
+                 100, 10.0, True, "refine", "refine.mlp")
+DEPTHWISE = KernelRow("void at::native::conv_depthwise2d_forward_kernel<float>", "conv", False, "fp32", None, 40,
+                      6.0, False, "features", "features.dw")
+
+
+def test_tf32_off_names_fp32_cuda_core_gemms_in_tf32_mode_once():
+    s = clean_gpu(precision="tf32", top_kernels=(SIMT,))
+    found = findings(s)
+    top = found[0]
+    assert top["rule"] == "tf32_off" and top["module"] == "refine.mlp" and top["evidence"]["share"] == 0.25
+    assert "allow_tf32 = True" in top["suggestion"]
+    assert "no_tensor_cores" not in by_rule(found)  # the same kernels, named once
+    off = planted(s, settings={"allow_tf32_matmul": "False"})
+    top = findings(off)[0]
+    assert top["rule"] == "tf32_off" and "allow_tf32_matmul=False" in top["title"]
+    assert "remove" in top["suggestion"]
+    assert "tf32_off" not in by_rule(findings(clean_gpu(precision="fp32", top_kernels=(SIMT,))))  # IEEE on purpose
+    # a kernel whose name reads as TF32 (cuBLAS nvjet 's' inputs) while the run's settings show TF32 off
+    nvjet = KernelRow("nvjet_sm90_sss_128x128_64x4_1x2_h_bz_coopA_NNN", "gemm", True, "tf32", 90, 100, 10.0,
+                      False, "refine", "refine.mlp")
+    assert "tf32_off" not in by_rule(findings(clean_gpu(precision="tf32", top_kernels=(nvjet,))))
+    said_off = planted(clean_gpu(precision="tf32", top_kernels=(nvjet,)), settings={"allow_tf32_matmul": "False"})
+    assert findings(said_off)[0]["rule"] == "tf32_off"
+    cudnn_only = planted(clean_gpu(precision="tf32", top_kernels=(nvjet,)), settings={"allow_tf32_cudnn": "False"})
+    assert "tf32_off" not in by_rule(findings(cudnn_only))  # the GEMM's switch is on
+    upload = dataclasses.replace(SIMT, stage="upload")
+    assert above_info(findings(clean_gpu(precision="tf32", top_kernels=(upload,)))) == []
+
+
+def test_depthwise_convs_stay_no_tensor_cores_in_tf32_mode():
+    rules = by_rule(findings(clean_gpu(precision="tf32", top_kernels=(DEPTHWISE,))))
+    assert "tf32_off" not in rules and rules["no_tensor_cores"]["module"] == "features.dw"
+
+
+def misaligned(dtype="c10::BFloat16"):
+    return (GemmShape("aten::mm", (1000, 250, 130), dtype, 40, 6.0, misaligned=("N", "K"), tensor_core=False,
+                      site=SITE, layer="user", module="refine.mlp"),)
+
+
+def test_gemm_misaligned_in_tensor_core_modes():
+    top = findings(planted(clean_gpu(), gemm_shapes=misaligned()))[0]
+    assert top["rule"] == "gemm_misaligned" and top["call_site"] == SITE and top["evidence"]["share"] == 0.15
+    assert "1000x250x130" in top["title"] and "multiple of 8" in top["suggestion"]
+    assert "gemm_misaligned" not in by_rule(findings(planted(clean_gpu(precision="fp32"), gemm_shapes=misaligned())))
+    # the CUDA-core kernels of those shapes are the misalignment's finding, not a second one
+    gemv = KernelRow("void gemv2T_kernel_val<int, int, __nv_bfloat16, float, float, 128, 16, 4, 4>", "gemm", False,
+                     "bf16", None, 40, 6.0, False, "refine", "refine.mlp")
+    found = findings(planted(clean_gpu(top_kernels=(gemv,)), gemm_shapes=misaligned()))
+    assert [f["rule"] for f in above_info(found)] == ["gemm_misaligned"]
+    assert "no_tensor_cores" in by_rule(findings(clean_gpu(top_kernels=(gemv,))))
+    aligned = tuple(dataclasses.replace(g, misaligned=()) for g in misaligned())
+    assert "gemm_misaligned" not in by_rule(findings(planted(clean_gpu(), gemm_shapes=aligned)))
+    assert above_info(findings(planted(clean_gpu(), gemm_shapes=as_trackscope(misaligned())))) == []

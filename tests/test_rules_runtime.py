@@ -1,0 +1,174 @@
+"""Runtime rules on constructed summaries: the allocator, memory, torch.compile, the host side, threads and
+the GPU idle breakdown; and the folding that names one problem once."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from engine.capture.evidence import CompileFacts, HostFacts, IdleBreakdown, MemoryFacts
+from engine.capture.summary import GapRow, RoundTripRow
+from tests.rules_cases import (
+    H200_BYTES,
+    SITE,
+    GiB,
+    MiB,
+    above_info,
+    by_rule,
+    clean_cpu,
+    clean_gpu,
+    findings,
+    planted,
+)
+
+
+def memory(**kw) -> MemoryFacts:
+    base = dict(allocations=40, allocated_bytes=200 * MiB, largest_allocation_bytes=20 * MiB,
+                peak_allocated_bytes=1 * GiB, peak_reserved_bytes=2 * GiB, capacity_bytes=H200_BYTES)
+    base.update(kw)
+    return MemoryFacts(**base)
+
+
+def test_allocator_churn_from_empty_cache_in_a_warm_run():
+    churn = memory(mallocs=20, malloc_ms=2.0, frees=20, free_ms=3.0, empty_cache_calls=10, empty_cache_site=SITE)
+    top = findings(planted(clean_gpu(), memory=churn))[0]
+    assert top["rule"] == "allocator_churn" and top["call_site"] == SITE and top["severity"] == "critical"
+    assert top["evidence"]["share"] == pytest.approx((2.0 + 3.0 + 20 * 0.015) / 20, abs=1e-4)
+    assert "empty_cache" in top["suggestion"]
+    mallocs = memory(mallocs=40, malloc_ms=3.0, malloc_site=SITE)
+    top = findings(planted(clean_gpu(), memory=mallocs))[0]
+    assert top["rule"] == "allocator_churn" and "expandable_segments" in top["suggestion"]
+    assert "allocator_churn" not in by_rule(findings(planted(clean_gpu(), memory=memory())))
+
+
+def test_large_allocation_per_call_is_about_memory_not_time():
+    big = memory(largest_allocation_bytes=40 * GiB, allocated_bytes=41 * GiB, largest_allocation_site=SITE)
+    found = findings(planted(clean_gpu(), memory=big))
+    f = by_rule(found)["large_allocation"]
+    assert found[0] is f and f["call_site"] == SITE and f["evidence"]["share"] == 0.0
+    assert f["severity"] == "info" and f["evidence"]["of_capacity"] == pytest.approx(40 * GiB / H200_BYTES, abs=1e-4)
+    middling = memory(largest_allocation_bytes=256 * MiB, allocated_bytes=512 * MiB)
+    assert "large_allocation" in by_rule(findings(planted(clean_gpu(), memory=middling)))  # from 256 MiB
+    assert "large_allocation" not in by_rule(findings(clean_gpu()))  # 20 MiB
+
+
+@pytest.mark.parametrize("used, severity", [(0.97, "warning"), (0.9, "info"), (0.5, None)])
+def test_memory_near_capacity_by_margin(used, severity):
+    facts = memory(peak_reserved_bytes=int(used * H200_BYTES))
+    f = by_rule(findings(planted(clean_gpu(), memory=facts))).get("memory_near_capacity")
+    assert (f["severity"] if f else None) == severity
+
+
+def test_recompiles_in_a_warm_run():
+    facts = CompileFacts(regions=2, region_calls=20, recompiles=3, compile_ms=400.0, compile_site=SITE,
+                         reasons=("tensor 'x' size mismatch at index 0. expected 256, actual 512",))
+    s = planted(clean_gpu(wall_ms=500.0, profiled_wall_ms=500.0), compile=facts)
+    found = findings(s)
+    top = found[0]
+    assert top["rule"] == "recompile" and top["call_site"] == SITE and top["evidence"]["share"] == 0.8
+    assert "size mismatch" in top["title"] and "mark_dynamic" in top["suggestion"]
+    assert "compile_in_warm_run" not in by_rule(found)  # the recompiles are that compile time
+    unmeasured = planted(clean_gpu(wall_ms=500.0, profiled_wall_ms=500.0), compile=CompileFacts(recompiles=2))
+    assert findings(unmeasured)[0]["evidence"]["share"] == pytest.approx(2 * 50 / 500)  # the stated floor
+
+
+def test_recompiles_seen_in_dynamos_counters():
+    """No recompiled region in the record, but dynamo compiled a frame in the warm run after the warm-up had:
+    the recompile limit hit on every call (recompile_each_call on the CPU)."""
+    limit = ("dynamo_run.unimplemented.Dynamo recompile limit exceeded\n  Explanation: Dynamo attempted to "
+             "recompile the code object too many times")
+    settings = {"dynamo_run.frames.total": "1", "dynamo_total.frames.total": "11", limit: "1"}
+    facts = CompileFacts(compile_ms=13.4, compile_site=SITE)
+    found = findings(planted(clean_gpu(wall_ms=50.0, profiled_wall_ms=50.0), compile=facts, settings=settings))
+    top = found[0]
+    assert top["rule"] == "recompile" and top["evidence"]["recompiles"] == 1
+    assert top["evidence"]["share"] == pytest.approx(13.4 / 50, abs=1e-4)  # measured, not the 50 ms floor
+    assert "Dynamo recompile limit exceeded" in top["title"] and "Explanation" not in top["title"]
+    assert "compile_in_warm_run" not in by_rule(found)
+    first = {"dynamo_run.frames.total": "1", "dynamo_total.frames.total": "1"}  # the only frame: a first compile
+    rules = by_rule(findings(planted(clean_gpu(wall_ms=50.0, profiled_wall_ms=50.0), compile=facts, settings=first)))
+    assert "recompile" not in rules and "compile_in_warm_run" in rules
+
+
+def test_compile_in_a_warm_run_without_recompiles():
+    facts = CompileFacts(regions=1, region_calls=1, compile_ms=300.0, autotune_ms=100.0, compile_site=SITE)
+    top = findings(planted(clean_gpu(wall_ms=500.0, profiled_wall_ms=500.0), compile=facts))[0]
+    assert top["rule"] == "compile_in_warm_run" and top["evidence"]["share"] == 0.8
+    assert "recompile" not in by_rule(findings(planted(clean_gpu(), compile=facts)))
+
+
+def test_graph_breaks():
+    facts = CompileFacts(regions=5, region_calls=50, graph_breaks=4, compile_site=SITE)
+    top = findings(planted(clean_gpu(), compile=facts))[0]
+    assert top["rule"] == "graph_break" and top["call_site"] == SITE
+    assert top["evidence"]["share"] == pytest.approx(50 * 4 / 5 * 0.05 / 20, abs=1e-4)  # 40 crossings
+    assert "torch._dynamo.explain" in top["suggestion"] and "fullgraph=True" in top["suggestion"]
+    assert "graph_break" not in by_rule(findings(planted(clean_gpu(), compile=CompileFacts(regions=1))))
+
+
+def idle_run(**kw):
+    """20 ms with the GPU idle 7 ms inside the tracker's module: 6 ms waiting on the host, 1 ms launch latency."""
+    gaps = (GapRow(2.0, 4.0, "refine", "refine.mlp", "host"), GapRow(9.0, 2.0, "refine", "refine.mlp", "host"))
+    base = dict(gpu_idle_ms=7.0, kernel_ms=13.0, gpu_busy_ms=13.0, gaps=gaps,
+                idle_by_cause_ms={"host": 6.0, "short": 1.0})
+    return clean_gpu(**{**base, **kw})
+
+
+def test_host_bound_python_with_no_torch_op_while_the_gpu_waits():
+    s = planted(idle_run(), host=HostFacts(python_ms=8.0, python_site=SITE, num_threads=16, cores=16),
+                idle=IdleBreakdown(host_wait_ms=6.0, kernel_wait_ms=1.0))
+    found = findings(s)
+    top = found[0]
+    assert top["rule"] == "host_bound" and top["call_site"] == SITE and top["evidence"]["share"] == 0.3
+    assert "gpu_idle_gaps" not in by_rule(found) and top["evidence"]["gpu_idle_also_ms"] > 0  # folded, by cause
+    assert "host_bound" not in by_rule(findings(clean_gpu()))
+    # the profiler's Python tracer added 4 ms to the run: that much of the Python is its own
+    profiled = dataclasses.replace(s, unprofiled_wall_ms=16.0)
+    assert by_rule(findings(profiled))["host_bound"]["evidence"]["share"] == 0.1
+    assert "host_bound" not in by_rule(findings(dataclasses.replace(s, unprofiled_wall_ms=12.0)))
+    # on the CPU the Python self time also holds the torch ops called through operators: not told apart
+    assert "host_bound" not in by_rule(findings(planted(clean_cpu(), host=HostFacts(python_ms=30.0))))
+
+
+def test_gpu_idle_gaps_say_why():
+    s = planted(idle_run(), host=HostFacts(python_site=SITE, num_threads=16, cores=16),
+                idle=IdleBreakdown(host_wait_ms=6.0, kernel_wait_ms=1.0, sync_ms=0.0, trackscope_ms=0.5))
+    top = findings(s)[0]
+    assert top["rule"] == "gpu_idle_gaps" and top["module"] == "refine.mlp" and top["severity"] == "critical"
+    assert f"6.0 ms host wait (Python in {SITE})" in top["title"] and "1.0 ms launch latency" in top["title"]
+    assert top["evidence"]["why_host_wait_ms"] == 6.0
+    # a summary without the breakdown: the gap causes say it, less trackscope's own 1 ms (upload and loop)
+    title = by_rule(findings(idle_run(idle_by_cause_ms={"host": 5.0, "sync": 2.0})))["gpu_idle_gaps"]["title"]
+    assert "4.0 ms host wait, 2.0 ms sync, 1.0 ms trackscope's own" in title
+
+
+def test_cpu_ops_in_a_gpu_run():
+    host = HostFacts(cpu_only_ops=300, cpu_only_ms=6.0, cpu_only_names=("aten::arange", "aten::add"),
+                     cpu_only_site=SITE, num_threads=16, cores=16)
+    top = findings(planted(clean_gpu(), host=host))[0]
+    assert top["rule"] == "cpu_ops_in_gpu_run" and top["call_site"] == SITE and top["evidence"]["share"] == 0.15
+    assert "aten::arange" in top["title"] and "device=" in top["suggestion"]
+    assert "cpu_ops_in_gpu_run" not in by_rule(findings(planted(clean_cpu(), host=host)))  # a CPU run is all CPU
+    trip = RoundTripRow("filter", "filter", 8 * MiB, 8 * MiB, 6.0, 3.3, ("aten::fft_r2c",))
+    rules = by_rule(findings(planted(clean_gpu(round_trips=(trip,)), host=host)))
+    assert "cpu_ops_in_gpu_run" not in rules and "cpu_ops_in_gpu_run_share" in rules["cpu_round_trip"]["evidence"]
+
+
+def test_thread_oversubscription_on_a_cpu_run():
+    s = planted(clean_cpu(), host=HostFacts(num_threads=32, interop_threads=32, cores=4))
+    top = findings(s)[0]
+    assert top["rule"] == "thread_oversubscription" and "set_num_threads(4)" in top["suggestion"]
+    assert top["evidence"]["share"] == pytest.approx(0.2 * 80 / 82, abs=1e-4) and top["severity"] == "warning"
+    assert "thread_oversubscription" not in by_rule(findings(clean_cpu()))  # 2 threads on 2 cores
+    gpu = planted(clean_gpu(), host=HostFacts(num_threads=32, cores=4))  # no CPU op time to lose
+    assert "thread_oversubscription" not in by_rule(findings(gpu))
+
+
+def test_a_clean_run_with_every_kind_of_evidence_at_quiet_levels_stays_info():
+    quiet = planted(clean_gpu(), memory=memory(), compile=CompileFacts(regions=1, region_calls=10),
+                    host=HostFacts(python_ms=0.05, python_site=SITE, num_threads=16, cores=16),
+                    idle=IdleBreakdown(kernel_wait_ms=0.5, trackscope_ms=0.5))
+    assert above_info(findings(quiet)) == []
+    shares = [f["evidence"]["share"] for f in findings(dataclasses.replace(quiet, wall_ms=20.0))]
+    assert shares == sorted(shares, reverse=True)
