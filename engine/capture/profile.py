@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import tempfile
 import threading
