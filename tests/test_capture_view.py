@@ -201,7 +201,7 @@ def test_a_newer_capture_makes_an_older_load_stale(panel, qtbot, deep_run):
     panel.set_capture(deep_run["summary"], deep_run["findings"], DEEP)
     panel.set_capture(deep_run["summary"], deep_run["findings"], None)
     assert panel.shutdown()
-    qtbot.waitUntil(lambda: not panel._jobs, timeout=10_000)  # the older load's result arrived (and was dropped)
+    qtbot.waitUntil(lambda: not panel.lingering, timeout=10_000)  # the older load ended (its result dropped)
     assert panel.timeline.data is None and panel.trace_label.text() == NO_TRACE
 
 
