@@ -64,8 +64,35 @@ def test_the_table_shows_session_over_direct():
     assert without.split(" | ")[column].strip() == "-"
 
 
-def test_direct_runs_stay_between_three_and_five():
-    assert [direct_runs(n) for n in (1, 3, 4, 10)] == [DIRECT_MIN_RUNS, 3, 4, DIRECT_MAX_RUNS]
+def test_direct_runs_stay_between_three_and_ten():
+    assert [direct_runs(n) for n in (1, 3, 4, 10, 30)] == [DIRECT_MIN_RUNS, 3, 4, 10, DIRECT_MAX_RUNS]
+
+
+def test_session_runs_and_direct_calls_alternate_in_blocks(monkeypatch):
+    """The bench interleaves its session runs and the direct calls (a drift of the machine moves both alike)."""
+    from engine.workflows import bench as bench_mod
+    from engine.workflows import direct as direct_mod
+
+    assert direct_mod.block_sizes(10) == [4, 3, 3] and direct_mod.block_sizes(2) == [1, 1]
+    order: list[str] = []
+    real_session = bench_mod.Bench._session
+    real_call = direct_mod.DirectCaller.call
+
+    def session(self, config, timing=None):
+        order.append("s")
+        return real_session(self, config, timing)
+
+    def call(self, times, *, timed=True):
+        order.append(f"d{times}" if timed else "w")
+        return real_call(self, times, timed=timed)
+
+    monkeypatch.setattr(bench_mod.Bench, "_session", session)
+    monkeypatch.setattr(direct_mod.DirectCaller, "call", call)
+    bench = _bench("lk")
+    bench.sweep(["fp32"], [2], [16], warmup=1, repeat=6)
+    bench.close()
+    # warm-up session, 2 timed, the caller's warm-up call, 2 direct, 2 timed, 2 direct, 2 timed, 2 direct
+    assert "".join(order).startswith("s" + "ss" + "w" + "d2" + "ss" + "d2" + "ss" + "d2")
 
 
 @pytest.mark.parametrize("tracker, what", [("lk", PREPARE_AND_TRACK),

@@ -31,7 +31,7 @@ from engine.analysis.tradeoff import speedup_over
 from engine.core.config import PRECISIONS, RunConfig
 from engine.core.errors import UserError
 from engine.core.units import ms_value
-from engine.report.parts import Accuracy, DirectReference
+from engine.report.parts import Accuracy
 from engine.report.schema import BenchFile, Report
 from engine.run.events import Started
 from engine.run.session import Failed, Finished, Session
@@ -215,18 +215,39 @@ class Bench:
             return row
         recorder = RunRecorder(label=config.label())
         started: Started | None = None
-        for i in range(warmup + repeat):
+        caller: Any = None  # the direct reference's caller, made after the warm-up (engine.workflows.direct)
+        direct_failed = False
+
+        def session_run(keep: bool) -> Finished | Failed:
+            nonlocal started
             events = list(self._session(config).events())
-            last = events[-1]
             started = next((e for e in events if isinstance(e, Started)), started)
-            cold = any(getattr(e, "cold", False) for e in events)
-            if i >= warmup or cold:  # keep the cold run and the timed runs
+            if keep or any(getattr(e, "cold", False) for e in events):  # keep the cold run and the timed runs
                 for event in events:
                     recorder.add(event)
+            return events[-1]  # type: ignore[return-value]
+
+        for _ in range(warmup):
+            last = session_run(keep=False)
             if isinstance(last, Failed):
                 row.note = f"failed ({last.kind}): {last.message}"
                 return row
-        direct = self._direct(config, started, warmup, repeat, row) if self.direct and started else None
+        from engine.workflows.direct import block_sizes, direct_runs
+
+        direct_blocks = block_sizes(direct_runs(repeat)) if self.direct else []
+        for i, runs in enumerate(block_sizes(repeat)):
+            for _ in range(runs):
+                last = session_run(keep=True)
+                if isinstance(last, Failed):
+                    row.note = f"failed ({last.kind}): {last.message}"
+                    return row
+            if i < len(direct_blocks) and started is not None and not direct_failed:
+                if caller is None:
+                    caller = self._direct_caller(config, started, warmup, row)
+                    direct_failed = caller is None
+                if caller is not None and not self._direct_block(caller, direct_blocks[i], row):
+                    caller, direct_failed = None, True
+        direct = caller.reference() if caller is not None and caller.samples else None
         work = None
         if self.cost:
             from engine.analysis.cost import count_session_cost
@@ -261,28 +282,39 @@ class Bench:
         self.reports.append(report)
         return row
 
-    def _direct(self, config: RunConfig, started: Started, warmup: int, repeat: int, row: Row
-                ) -> DirectReference | None:
-        """The tracker called alone on this configuration, with the sampler stopped; None (and a note in the
-        row's extra) when the call fails."""
+    def _direct_caller(self, config: RunConfig, started: Started, warmup: int, row: Row) -> Any:
+        """The tracker alone on this configuration, inputs uploaded and ``warmup`` untimed calls made; None (and
+        a note in the row's extra) when that fails. Called between session runs: the direct calls alternate
+        with them in ``DIRECT_BLOCKS`` blocks (engine.workflows.direct)."""
         import torch
 
-        from engine.workflows.direct import time_direct
+        from engine.workflows.direct import DirectCaller
 
+        try:
+            caller = DirectCaller(self.tracker, self.data.frames,
+                                  started.geometry.queries_to_frame(self.data.queries), precision=config.precision,
+                                  points_per_batch=config.points_per_batch,
+                                  frames_per_batch=config.frames_per_batch, device=torch.device(started.device))
+        except (Exception, SystemExit) as exc:  # the reference is extra information, never fatal
+            row.extra["direct_error"] = f"{type(exc).__name__}: {exc}"
+            return None
+        return caller if self._direct_block(caller, warmup, row, timed=False) else None
+
+    def _direct_block(self, caller: Any, times: int, row: Row, timed: bool = True) -> bool:
+        """``times`` direct calls with the sampler stopped (and restarted after, settled); False on a failure."""
         sampler = self.sampler if self.sampler is not None and self.sampler.running else None
         if sampler is not None:
             sampler.stop()
         try:
-            return time_direct(self.tracker, self.data.frames, started.geometry.queries_to_frame(self.data.queries),
-                               precision=config.precision, points_per_batch=config.points_per_batch,
-                               frames_per_batch=config.frames_per_batch, device=torch.device(started.device),
-                               warmup=warmup, repeat=repeat)
-        except (Exception, SystemExit) as exc:  # the reference is extra information, never fatal
+            caller.call(times, timed=timed)
+            return True
+        except (Exception, SystemExit) as exc:
             row.extra["direct_error"] = f"{type(exc).__name__}: {exc}"
-            return None
+            return False
         finally:
             if sampler is not None:
                 sampler.start()
+                time.sleep(SAMPLER_SETTLE_S)  # its first, heaviest sample outside the next session run
 
     def _capture(self, config: RunConfig, report: Report) -> dict[str, Any]:
         """The deep-capture pass of one configuration (after its timed runs); its summary for the report."""

@@ -29,7 +29,11 @@ from engine.trackers.plugin import PluginTracker
 
 #: timed direct calls per configuration: the bench's --repeat, kept within these
 DIRECT_MIN_RUNS = 3
-DIRECT_MAX_RUNS = 5
+DIRECT_MAX_RUNS = 10
+#: the bench alternates this many blocks of session runs and direct calls, so a drift of the machine (clocks
+#: settling, a busy neighbour) moves both alike: TAPIR's direct calls ranged 152-231 ms in one block of five
+#: on the H200, taken after all the session runs
+DIRECT_BLOCKS = 3
 PLUGIN_CALLABLE = "the plugin's callable on device inputs"
 PREPARE_AND_TRACK = "prepare + track, the session's batches"
 
@@ -48,25 +52,53 @@ def _batches(num_queries: int, points_per_batch: int) -> list[tuple[int, int]]:
     return [(start, min(num_queries, start + points_per_batch)) for start in range(0, num_queries, points_per_batch)]
 
 
+class DirectCaller:
+    """The tracker alone on one configuration: inputs uploaded once, then timed calls on request."""
+
+    def __init__(self, tracker: Tracker, frames: np.ndarray, frame_queries: np.ndarray, *, precision: str,
+                 points_per_batch: int, frames_per_batch: int, device: torch.device):
+        self.device, self.precision = device, precision
+        ctx = RunContext(device, precision, frames_per_batch, StageTimer(device, enabled=False))
+        batches = _batches(len(frame_queries), points_per_batch)
+        own_frames = np.array(frames, copy=True)  # a plugin writing into its frames cannot change the bench's
+        with torch.inference_mode(), precision_context(precision, device):
+            self._once, self.what = _one_call(tracker, own_frames, frame_queries, batches, ctx)
+        self.samples: list[float] = []
+        self.warmup = 0
+
+    def call(self, times: int, *, timed: bool = True) -> None:
+        """``times`` calls, each timed from a synchronised device to a synchronised device (kept when ``timed``)."""
+        with torch.inference_mode(), precision_context(self.precision, self.device):
+            for _ in range(times):
+                _synchronize(self.device)
+                t0 = time.perf_counter()
+                self._once()
+                _synchronize(self.device)
+                if timed:
+                    self.samples.append((time.perf_counter() - t0) * 1e3)
+                else:
+                    self.warmup += 1
+
+    def reference(self) -> DirectReference:
+        return DirectReference(samples_ms=tuple(self.samples), warmup=self.warmup, what=self.what)
+
+
 def time_direct(tracker: Tracker, frames: np.ndarray, frame_queries: np.ndarray, *, precision: str,
                 points_per_batch: int, frames_per_batch: int, device: torch.device, warmup: int,
                 repeat: int) -> DirectReference:
     """``warmup`` untimed then ``direct_runs(repeat)`` timed calls of ``tracker`` alone on ``frames`` (uint8
     [T, H, W, 3]) and ``frame_queries`` (float32 [N, 3], frame pixels); their wall ms."""
-    ctx = RunContext(device, precision, frames_per_batch, StageTimer(device, enabled=False))
-    batches = _batches(len(frame_queries), points_per_batch)
-    own_frames = np.array(frames, copy=True)  # a plugin writing into its frames cannot change the bench's
-    samples: list[float] = []
-    with torch.inference_mode(), precision_context(precision, device):
-        once, what = _one_call(tracker, own_frames, frame_queries, batches, ctx)
-        for i in range(warmup + direct_runs(repeat)):
-            _synchronize(device)
-            t0 = time.perf_counter()
-            once()
-            _synchronize(device)
-            if i >= warmup:
-                samples.append((time.perf_counter() - t0) * 1e3)
-    return DirectReference(samples_ms=tuple(samples), warmup=warmup, what=what)
+    caller = DirectCaller(tracker, frames, frame_queries, precision=precision, points_per_batch=points_per_batch,
+                          frames_per_batch=frames_per_batch, device=device)
+    caller.call(warmup, timed=False)
+    caller.call(direct_runs(repeat))
+    return caller.reference()
+
+
+def block_sizes(total: int, blocks: int = DIRECT_BLOCKS) -> list[int]:
+    """``total`` runs split into at most ``blocks`` blocks as even as they go (10, 3 -> [4, 3, 3])."""
+    blocks = max(1, min(blocks, total))
+    return [total // blocks + (1 if i < total % blocks else 0) for i in range(blocks)] if total > 0 else []
 
 
 def _one_call(tracker: Tracker, frames: np.ndarray, frame_queries: np.ndarray, batches: list[tuple[int, int]],
