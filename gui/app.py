@@ -160,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
     app.setOrganizationName("trackscope")
     app.setApplicationName("trackscope")
     log_file = open_log_file(QStandardPaths.writableLocation(QStandardPaths.StandardLocation.CacheLocation))
+    log.info("the app starts (Qt platform %s, config %s)", app.platformName(), config.label())
     try:
         return _open_window(args, app, config, notes, settings)
     finally:
