@@ -138,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
     more with -v) and, from INFO, to LOG_FILE_NAME in the app's cache folder (~/.cache/trackscope/trackscope
     on Linux)."""
     from PySide6.QtCore import QStandardPaths
+    from PySide6.QtGui import QGuiApplication
     from PySide6.QtWidgets import QApplication
 
     from gui.settings import Settings
@@ -160,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
     app.setOrganizationName("trackscope")
     app.setApplicationName("trackscope")
     log_file = open_log_file(QStandardPaths.writableLocation(QStandardPaths.StandardLocation.CacheLocation))
+    log.info("the app starts (Qt platform %s, config %s)", QGuiApplication.platformName(), config.label())
     try:
         return _open_window(args, app, config, notes, settings)
     finally:

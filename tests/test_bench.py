@@ -70,6 +70,7 @@ def test_bench_cli_writes_table_reports_and_bench_file(video, tmp_path, capsys):
     assert row["ms_p10"] <= row["ms_median"] <= row["ms_p90"]
 
 
+@pytest.mark.slow
 def test_bench_plugin_divergence_vs_fp32_and_table():
     frames = moving_square_video(FRAMES, SIZE, STEP)
     queries = np.array([[0, 8, 12], [1, 20, 20], [0, 5, 5]], np.float32)

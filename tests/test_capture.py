@@ -81,6 +81,7 @@ def _ops_by_bucket(result):
     return out
 
 
+@pytest.mark.slow
 def test_nested_module_ops_land_in_their_module_paths_and_forward_bodies():
     result = _capture_nested()
     assert result.error is None and result.trace is not None
@@ -143,6 +144,7 @@ def _session_capture(factory, precision="fp32", frames=8, size=32):
     return capture_session(make, device="cpu")
 
 
+@pytest.mark.slow
 def test_capture_session_of_a_deep_nested_plugin_attributes_to_nested_paths():
     result = _capture_session_ok(planted_capture.deep_nested)
     labels = {m.label for m in result.trace.modules}

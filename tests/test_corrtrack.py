@@ -116,6 +116,7 @@ def _shifting_texture(num_frames: int, shift: float) -> np.ndarray:
     return (np.clip(np.stack(frames), 0, 1) * 255).astype(np.uint8)
 
 
+@pytest.mark.slow
 def test_shipped_weights_track_a_moving_texture(monkeypatch) -> None:
     monkeypatch.delenv(POLISH_ENV, raising=False)
     frames = _shifting_texture(6, 3.0)

@@ -180,6 +180,7 @@ def test_fp8_on_a_card_without_fp8_says_which_path_it_takes():
     assert project(fp8, "H100 SXM")["mode_path"] == "tensor"  # a card with fp8 units: no detour
 
 
+@pytest.mark.slow
 def test_the_child_process_counts_and_gives_its_reason_in_one_line():
     """The app's path: the report goes to `python -m engine.workflows.count` as JSON and comes back counted."""
     from engine.workflows.count import CountProcess

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from engine.api import RunRecorder, save
 from engine.core.config import RunConfig
@@ -26,6 +27,7 @@ def _gui(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=TIMEOUT_S)
 
 
+@pytest.mark.slow
 def test_cli_runs_video_and_saves_screenshot(tmp_path):
     video = tmp_path / "clip.mp4"
     write_video(video, moving_square_video(6, 32), fps=10)
@@ -36,6 +38,7 @@ def test_cli_runs_video_and_saves_screenshot(tmp_path):
     assert (tmp_path / "config" / "trackscope" / "trackscope.conf").exists()  # settings persisted
 
 
+@pytest.mark.slow
 def test_cli_replays_report(tmp_path):
     video = tmp_path / "clip.mp4"
     write_video(video, moving_square_video(6, 32), fps=10)
@@ -49,6 +52,7 @@ def test_cli_replays_report(tmp_path):
     assert shot.stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_cli_missing_file_is_a_usage_error(tmp_path):
     out = _gui([str(tmp_path / "nope.mp4")], tmp_path)
     assert out.returncode == 2 and "nope.mp4" in out.stderr
@@ -60,6 +64,7 @@ def _clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
             "XDG_CONFIG_HOME": str(tmp_path / "config"), "TRACKSCOPE_NO_NVML": "1", **extra}
 
 
+@pytest.mark.slow
 def test_no_display_is_a_one_line_usage_error(tmp_path):
     out = subprocess.run([sys.executable, "-m", "engine.cli"], cwd=ROOT, env=_clean_env(tmp_path),
                          capture_output=True, text=True, timeout=TIMEOUT_S)
@@ -69,6 +74,7 @@ def test_no_display_is_a_one_line_usage_error(tmp_path):
     assert "qt.qpa" not in out.stderr
 
 
+@pytest.mark.slow
 def test_display_without_x_server_is_a_usage_error(tmp_path):
     out = subprocess.run([sys.executable, "-m", "engine.cli", "gui"], cwd=ROOT,
                          env=_clean_env(tmp_path, DISPLAY=":4711"), capture_output=True, text=True,

@@ -91,6 +91,7 @@ def test_without_a_controller_the_panel_says_there_is_no_cost_model(qtbot):
     assert panel.whatif_summary.text() == NO_COST
 
 
+@pytest.mark.slow
 def test_a_live_run_in_the_window_gets_its_whatif(qtbot, tmp_path):
     """A run made in the app (no cost model recorded): the Diagnosis tab counts it in a child process (as
     the app does), then projects it."""

@@ -49,12 +49,14 @@ def _inside(frame: list[int], screen: tuple[int, int]) -> bool:
 LAPTOP, DESKTOP = (1366, 768), (1920, 1080)
 
 
+@pytest.mark.slow
 def test_first_start_is_sized_to_a_small_screen(tmp_path):
     got = _start(tmp_path, LAPTOP)
     assert _inside(got["frame"], LAPTOP), got  # was a fixed 1500x900, partly off the screen
     assert got["frame"][2] >= 0.8 * LAPTOP[0]  # and not a small window either
 
 
+@pytest.mark.slow
 def test_a_dock_squeezed_on_a_laptop_is_not_kept_on_a_desktop(tmp_path):
     """The issue's case: the charts dock 70 px wide on 1366x768 stayed 70 px back on 1920x1080."""
     squeezed = _start(tmp_path, LAPTOP, "--squeeze-charts", "70")
@@ -65,6 +67,7 @@ def test_a_dock_squeezed_on_a_laptop_is_not_kept_on_a_desktop(tmp_path):
     assert _inside(got["frame"], DESKTOP)
 
 
+@pytest.mark.slow
 def test_a_desktop_layout_restored_on_a_laptop_fits_it(tmp_path):
     _start(tmp_path, DESKTOP, "--geometry", "0,0,1900,1040")
     got = _start(tmp_path, LAPTOP)
@@ -72,6 +75,7 @@ def test_a_desktop_layout_restored_on_a_laptop_fits_it(tmp_path):
     assert got["charts_dock"] >= MIN_DOCK_PX["charts_dock"] and got["central"] >= 320, got
 
 
+@pytest.mark.slow
 def test_a_layout_that_fits_is_kept(tmp_path):
     first = _start(tmp_path, DESKTOP, "--geometry", "100,80,1600,900")
     again = _start(tmp_path, DESKTOP)

@@ -78,6 +78,7 @@ def sources():
     return [json.loads(t) for t in texts] + [bench.to_dict()]
 
 
+@pytest.mark.slow
 def test_report_reading_verbs_exit_0_or_2_without_tracebacks(sources, tmp_path, capsys):
     rng = np.random.default_rng(SEED)
     good = tmp_path / "good.json"
