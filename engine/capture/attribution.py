@@ -27,7 +27,7 @@ import torch
 
 from engine.capture.evidence import TRACKSCOPE
 from engine.capture.kernels import FP32_SENSITIVE_OPS, REDUCED_TYPES, classify, stays_fp32
-from engine.capture.sites import CodeLayers, Site, Stacks
+from engine.capture.sites import CodeLayers, Site, Stacks, nest_parents
 from engine.capture.trace import Range, Trace
 
 #: prefix of a call site in trackscope's own code (the session, the plugin adapter): never the user's
@@ -172,10 +172,27 @@ class _Locator:
         self.stages = stages
         self.modules = modules
         self.parents = parents
+        self._index: tuple | None = None  # (nesting parents, starts) of stages and modules, for key_at
 
     def keys(self, points: Sequence[float]) -> list[Key]:
-        s_idx = innermost(self.stages, points)
-        m_idx = innermost(self.modules, points)
+        """The keys of many points at once (a sweep: O((ranges + points) log points))."""
+        if len(points) == 1:
+            return [self.key_at(points[0])]
+        return self._keys(innermost(self.stages, points), innermost(self.modules, points))
+
+    def key_at(self, t: float) -> Key:
+        """The key of one point: a bisect and a walk up the nesting (O(log ranges + depth))."""
+        if self._index is None:
+            self._index = tuple((nest_parents(r), [x.start for x in r]) for r in (self.stages, self.modules))
+        found = []
+        for ranges, (parents, starts) in zip((self.stages, self.modules), self._index):
+            i = bisect.bisect_right(starts, t) - 1
+            while i >= 0 and ranges[i].end < t:
+                i = parents[i]
+            found.append(i)
+        return self._keys([found[0]], [found[1]])[0]
+
+    def _keys(self, s_idx: Sequence[int], m_idx: Sequence[int]) -> list[Key]:
         out: list[Key] = []
         for si, mi in zip(s_idx, m_idx):
             stage = self.stages[si].label if si >= 0 else OUTSIDE_STAGES

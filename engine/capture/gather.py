@@ -437,6 +437,14 @@ def gather_gemm_shapes(ctx: _Context, precision: str) -> tuple[GemmShape, ...]:
 
 
 # -- functions (the rows below a module) ----------------------------------------------------------------
+#: the function names of a module's own call: work in them is the module's forward body, not a helper below it
+FORWARD_FUNCTIONS = frozenset({"forward", "__call__", "_call_impl", "_wrapped_call_impl"})
+
+
+def _forward_like(function: str | None) -> bool:
+    return (function or "").split(" ")[0] in FORWARD_FUNCTIONS
+
+
 def gather_functions(ctx: _Context, opaque: frozenset[str] = frozenset()) -> tuple[tuple[FunctionRow, ...], float]:
     """Work per (module, user function), and the kernel us a user function below the tracker's entry (its
     top-level forward) names in the ``opaque`` buckets (no module path names them: the root's forward body,
@@ -458,8 +466,8 @@ def gather_functions(ctx: _Context, opaque: frozenset[str] = frozenset()) -> tup
         row = acc[(key[0], key[1], site.function, site.label or "", site.layer)]
         row[1] += k.dur
         row[2] += 1
-        if key[1] in opaque and not site.outermost_user and site.layer == USER:
-            below_forward_us += k.dur
+        if key[1] in opaque and site.layer == USER and not site.outermost_user and not _forward_like(site.function):
+            below_forward_us += k.dur  # a helper the forward called, not the forward's own body
     for call in ctx.calls:
         mid = call.start + call.dur / 2
         site = ctx.site(call.tid, mid)

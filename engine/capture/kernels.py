@@ -15,6 +15,7 @@ check the table against real names (tests/data/capture/kernel_names.json when pr
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -162,6 +163,7 @@ def kernel_precision(name: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=8192)
 def classify(name: str) -> KernelClass:
     """Classify one kernel by its name."""
     kind = _kind(name)

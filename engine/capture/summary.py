@@ -337,7 +337,9 @@ def summarize(result: Any, *, precision: str = "fp32") -> CaptureSummary:
         return CaptureSummary(**base)
     att = attribute(result.trace, result.module_parents, CodeLayers(tuple(getattr(result, "user_dirs", ()))))
     bare_roots = tuple(label for key, label in result.root_labels.items() if key == "")
-    opaque = frozenset(UNNAMED) | {forward_body(root) for root in bare_roots}
+    # kernel time no module path names: the stage and outside buckets, and every forward body (work a module does
+    # between its children); a user function below a forward names it (the function rows)
+    opaque = frozenset(UNNAMED) | {m for _, m in att.buckets if _owner_path(m) is not None and m != _owner_path(m)}
     evidence, below_forward_us = gather(result.trace, att, precision=precision,
                                         settings=getattr(result, "settings", None), opaque=opaque)
     return _build(att, base, precision, capability, bare_roots, evidence, below_forward_us)
@@ -398,8 +400,8 @@ def _build(att: Attribution, base: dict[str, Any], precision: str, capability: t
                     total.memsets, total.cpu_ops)
     named_kernel = sum(b.kernel_us for (_, m), b in att.buckets.items() if m not in UNNAMED)
     # below the top-level forward: a real module path (not a forward body), else a user function (below_forward_us)
-    opaque = set(UNNAMED) | {forward_body(root) for root in bare_roots}
-    named_kernel_below = sum(b.kernel_us for (_, m), b in att.buckets.items() if m not in opaque)
+    named_kernel_below = sum(b.kernel_us for (_, m), b in att.buckets.items()  # real module paths
+                             if m not in UNNAMED and _owner_path(m) == m)
     named_wall = sum(b.wall_us for (_, m), b in att.buckets.items() if m not in UNNAMED)
     outside = att.buckets.get((OUTSIDE_STAGES, OUTSIDE_STAGES), Bucket()).wall_us
     adapter = sum(b.wall_us for (stage, _), b in att.buckets.items() if stage in ADAPTER_STAGES)
