@@ -52,6 +52,8 @@ ITEMSIZE = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "int": 
             "c10::complex<double>": 16, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1}
 #: tensor-core granule per compute precision: dims not a multiple of it leave tensor cores (or pad)
 GRANULE = {"fp16": 8, "bf16": 8, "tf32": 4, "int8": 16, "fp8": 16}
+#: a conv with this few input channels reads an image (grey, RGB, RGBA): its C_in is the data's, not a choice
+IMAGE_CHANNELS = 4
 
 SYNC_OP_KINDS = (
     ("item", re.compile(r"aten::(?:_local_scalar_dense|item|is_nonzero)$")),
@@ -78,6 +80,8 @@ MALLOC_CALLS = frozenset({"cudaMalloc", "cudaMallocAsync", "cuMemAlloc", "cuMemA
 FREE_CALLS = frozenset({"cudaFree", "cudaFreeAsync", "cuMemFree", "cuMemFree_v2", "cudaFreeHost", "cuMemRelease"})
 SYNC_COPY_APIS = frozenset({"cudaMemcpy", "cudaMemcpy2D", "cudaMemset", "cuMemcpy", "cudaMemcpyToSymbol",
                             "cudaMemcpyFromSymbol"})
+#: torch.compile's own host ops (its cache lookup, region markers, dynamo's bookkeeping): no user CPU work
+COMPILE_OPS = ("TorchDynamo", "Torch-Compiled", "dynamo", "CompiledFunction", "## Call CompiledFxGraph")
 COMPILED_REGION = re.compile(r"^Torch-Compiled Region: (?P<frame>\d+)/(?P<compile>\d+)")
 RESUME_FUNCTION = re.compile(r"^torch_dynamo_resume_in_(?P<fn>\w+?)_at_(?P<line>\d+)$")
 COMPILE_FRAMES = frozenset({"_compile", "compile_inner", "compile_fx", "compile_fx_inner", "_compile_fx_inner",
@@ -423,7 +427,8 @@ def gather_gemm_shapes(ctx: _Context, precision: str) -> tuple[GemmShape, ...]:
             dtype = kp or (op.input_types[0] if op.input_types else "")
             granule = GRANULE.get(kp or precision)
             names = ("M", "N", "K") if op.name in MATMUL_OPS else ("N", "C_in", "C_out")
-            misaligned = tuple(n for n, d in zip(names, dims) if granule and n != names[0] and d % granule)
+            misaligned = tuple(n for n, d in zip(names, dims) if granule and n != names[0] and d % granule
+                               and not (n == "C_in" and d <= IMAGE_CHANNELS))  # an RGB(A) input layer is what it is
             tc = any(c.tensor_core for c in classes) if classes else None
             mid = op.start + op.dur / 2
             site, key = ctx.site(tid, mid), ctx.key(tid, mid)
@@ -595,7 +600,10 @@ def gather_compile(ctx: _Context, settings: dict[str, str]) -> CompileFacts:
         reasons = tuple(k.split(".", 2)[2].split("\n")[0][:160] for k, _ in sorted(
             ((k, v) for k, v in settings.items() if k.startswith("dynamo_total.graph_break.")),
             key=lambda kv: -int(kv[1]))[:5])
-    return CompileFacts(len(regions), calls, run_recompiles, max(split, len(resumes)), _ms(compile_us),
+    # dynamo recorded break reasons and this run entered compiled code: at least one break per reason (a warm run
+    # re-enters the split graphs without counting the break again)
+    breaks = max(split, len(resumes), len(reasons) if regions and reasons else 0)
+    return CompileFacts(len(regions), calls, run_recompiles, breaks, _ms(compile_us),
                         compile_site or region_site, _ms(autotune_us), reasons or tuple(sorted(resumes))[:5])
 
 
@@ -616,7 +624,7 @@ def gather_host(ctx: _Context, settings: dict[str, str]) -> HostFacts:
             mid = op.start + op.dur / 2
             stage, module = ctx.key(main, mid)
             site = ctx.site(main, mid)
-            if _session(stage, module) or site.layer == TRACKSCOPE:
+            if _session(stage, module) or site.layer == TRACKSCOPE or op.name.startswith(COMPILE_OPS):
                 continue
             cpu_only.append((op, site))
     by_name: dict[str, float] = defaultdict(float)

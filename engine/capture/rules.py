@@ -184,7 +184,9 @@ def _named_by_their_cause(findings: list[Finding], ctx: Context) -> list[Finding
     - the host waiting for each upload of host data (a sync inside ``.to(device)``) is the upload's finding;
     - ``.contiguous()`` copies where layouts mix are the layout mismatch's; an elementwise chain of copy
       kernels is the copies' (or the layout's);
-    - CUDA-core GEMMs in the module of a misaligned GEMM shape are the misalignment's;
+    - CUDA-core GEMMs in the module of a misaligned GEMM shape, and older-architecture kernels, are the
+      misalignment's;
+    - recompiles at a graph break's site are the break's;
     - CPU ops of a host round trip are the round trip's.
     """
     findings = _fold(findings, "pageable_copy", ("repeated_copy", "sync_copy", "host_sync"),
@@ -196,6 +198,12 @@ def _named_by_their_cause(findings: list[Finding], ctx: Context) -> list[Finding
     findings = _fold(findings, "contiguous_copy", ("layout_transpose",), _same_site, ctx)
     findings = _fold(findings, "elementwise_chain", ("contiguous_copy", "layout_transpose"), _same_site, ctx)
     findings = _fold(findings, "no_tensor_cores", ("gemm_misaligned",), _same_module, ctx)
+    # cuBLAS picks older-architecture kernels for shapes its newer ones cannot tile: the misalignment is the cause
+    findings = _fold(findings, "legacy_arch_kernels", ("gemm_misaligned",),
+                     lambda child, owner: not child["module"] or _same_module(child, owner), ctx)
+    # a compiled function's graph break is what makes it recompile when the break hands dynamo a changing
+    # Python value (``.item()``): one problem, at one site
+    findings = _fold(findings, "recompile", ("graph_break",), _same_site, ctx)
     return _fold(findings, "cpu_ops_in_gpu_run", ("cpu_round_trip",), lambda child, owner: True, ctx)
 
 

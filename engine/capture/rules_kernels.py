@@ -19,6 +19,7 @@ from engine.capture.finding import (
     by_site,
     device_bandwidth_gbps,
     finding,
+    gpu_share_of,
     share_of,
     size,
     user_rows,
@@ -65,7 +66,7 @@ def _group_findings(s: CaptureSummary, ctx: Context, kind: str, rule: str, saved
     out = []
     for site, groups in by_site(_groups(s, kind)).items():
         ms, count = sum(g.ms for g in groups), sum(g.count for g in groups)
-        share = share_of(s, saved * ms)
+        share = gpu_share_of(s, saved * ms)
         if share < REPORT_SHARE:
             continue
         top = max(groups, key=lambda g: g.ms)
@@ -167,7 +168,7 @@ def elementwise_chain(s: CaptureSummary, ctx: Context) -> list[Finding]:
         if length <= FUSED_PASSES or ms <= 0:
             continue
         saved = 1.0 - FUSED_PASSES / length
-        share = share_of(s, saved * ms)
+        share = gpu_share_of(s, saved * ms)
         if share < REPORT_SHARE:
             continue
         if nbytes <= 0:
@@ -200,7 +201,7 @@ def legacy_arch_kernels(s: CaptureSummary, ctx: Context) -> list[Finding]:
     if not cap or not rows or not s.wall_ms:
         return []
     ms = sum(k.total_ms for k in rows)
-    share = FIX_GAIN * ms / s.wall_ms
+    share = gpu_share_of(s, FIX_GAIN * ms)
     if share < REPORT_SHARE:
         return []
     top = max(rows, key=lambda k: k.total_ms)
@@ -221,7 +222,7 @@ def cudnn_benchmark_off(s: CaptureSummary, ctx: Context) -> list[Finding]:
     conv_ms = sum(ms for label, ms in s.kernel_class_ms.items() if label.split()[:1] == ["conv"])
     if not shapes or conv_ms <= 0:
         return []
-    conv_share = conv_ms / s.wall_ms
+    conv_share = gpu_share_of(s, conv_ms)
     if CUDNN_BENCHMARK_GAIN * conv_share < REPORT_SHARE:
         return []
     top = max(shapes, key=lambda g: g.ms)

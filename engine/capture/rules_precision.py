@@ -19,7 +19,7 @@ from engine.capture.finding import (
     at,
     by_site,
     finding,
-    share_of,
+    gpu_share_of,
     user_rows,
     where,
 )
@@ -47,7 +47,7 @@ def float64(s: CaptureSummary, ctx: Context) -> list[Finding]:
     out = []
     for site, rows in by_site(groups).items():
         ms = sum(g.ms for g in rows)
-        share = share_of(s, FIX_GAIN * ms)
+        share = gpu_share_of(s, FIX_GAIN * ms)
         if share < REPORT_SHARE:
             continue
         top = max(rows, key=lambda g: g.ms)
@@ -65,10 +65,10 @@ def float64(s: CaptureSummary, ctx: Context) -> list[Finding]:
         return out
     kernels = [k for k in _kernel_rows(s) if k.precision == "fp64"]  # a summary from before the kernel groups
     ms = sum(k.total_ms for k in kernels)
-    if not kernels or share_of(s, FIX_GAIN * ms) < REPORT_SHARE:
+    if not kernels or gpu_share_of(s, FIX_GAIN * ms) < REPORT_SHARE:
         return []
     costliest = max(kernels, key=lambda k: k.total_ms)
-    return [finding("float64", share_of(s, FIX_GAIN * ms),
+    return [finding("float64", gpu_share_of(s, FIX_GAIN * ms),
                     f"float64 kernels on the GPU: {ms:.2f} ms ({costliest.name[:60]})"
                     f"{where(costliest.module, costliest.stage)}",
                     {"kernels": sum(k.count for k in kernels), "ms": ms, "names": [k.name for k in kernels[:3]]},
@@ -85,7 +85,7 @@ def fp32_under_autocast(s: CaptureSummary, ctx: Context) -> list[Finding]:
     gemms = [g for g in user_rows(s.evidence.kernel_groups) if g.kind == "fp32_gemm"]
     for site, rows in by_site(gemms).items():
         ms = sum(g.ms for g in rows)
-        share = share_of(s, FIX_GAIN * ms)
+        share = gpu_share_of(s, FIX_GAIN * ms)
         if share < REPORT_SHARE:
             continue
         top = max(rows, key=lambda g: g.ms)
@@ -104,7 +104,7 @@ def fp32_under_autocast(s: CaptureSummary, ctx: Context) -> list[Finding]:
         by_op.setdefault(row.op, []).append(row)
     for op, ops_rows in by_op.items():
         ms = sum((r.gpu_ms if s.has_gpu else r.cpu_ms) for r in ops_rows)
-        share = FIX_GAIN * ms / s.wall_ms
+        share = gpu_share_of(s, FIX_GAIN * ms)
         if share < REPORT_SHARE:
             continue
         top = max(ops_rows, key=lambda r: r.gpu_ms if s.has_gpu else r.cpu_ms)
@@ -143,7 +143,7 @@ def tf32_off(s: CaptureSummary, ctx: Context) -> list[Finding]:
     """fp32 GEMMs/convs on CUDA cores in a tf32 run: TF32 is off for them (a setting, or a path without it)."""
     rows = _tf32_candidates(s, ctx)
     ms = sum(k.total_ms for k in rows)
-    share = share_of(s, FIX_GAIN * ms)
+    share = gpu_share_of(s, FIX_GAIN * ms)
     if not rows or share < REPORT_SHARE:
         return []
     top = max(rows, key=lambda k: k.total_ms)
@@ -171,7 +171,7 @@ def no_tensor_cores(s: CaptureSummary, ctx: Context) -> list[Finding]:
     rows = [k for k in _kernel_rows(s) if k.kind in ("gemm", "conv") and k.tensor_core is False
             and k.precision != "fp64" and k.name not in taken]
     ms = sum(k.total_ms for k in rows)
-    share = FIX_GAIN * ms / s.wall_ms
+    share = gpu_share_of(s, FIX_GAIN * ms)
     if not rows or share < REPORT_SHARE:
         return []
     top = max(rows, key=lambda k: k.total_ms)
@@ -195,7 +195,7 @@ def gemm_misaligned(s: CaptureSummary, ctx: Context) -> list[Finding]:
     out = []
     for site, group in by_site(rows).items():
         ms = sum(g.ms for g in group)
-        share = share_of(s, FIX_GAIN * ms)
+        share = gpu_share_of(s, FIX_GAIN * ms)
         if share < REPORT_SHARE:
             continue
         top = max(group, key=lambda g: g.ms)
@@ -223,7 +223,7 @@ def emulated_bf16(s: CaptureSummary, ctx: Context) -> list[Finding]:
     ms = sum(v for label, v in s.kernel_class_ms.items() if "bf16" in label.split())
     if ms <= 0 and ctx["precision"] != "bf16":
         return []
-    share = (ms or s.kernel_ms) / s.wall_ms
+    share = gpu_share_of(s, ms or s.kernel_ms)
     return [finding("emulated_bf16", share,
                     f"bf16 on a CC {cap[0]}.{cap[1]} card runs emulated ({ms:.1f} ms of bf16 kernels)",
                     {"bf16_kernel_ms": ms, "kernel_ms": s.kernel_ms},

@@ -15,7 +15,9 @@ from engine.capture.finding import (
     Context,
     Finding,
     at,
+    deflated,
     finding,
+    gpu_share_of,
     share_of,
     size,
     tracker_wall_ms,
@@ -48,7 +50,7 @@ def allocator_churn(s: CaptureSummary, ctx: Context) -> list[Finding]:
     if not (m.mallocs or m.frees or m.empty_cache_calls) or not s.wall_ms:
         return []
     at_stake = m.malloc_ms + m.free_ms + m.frees * FREE_SYNC_MS
-    share = share_of(s, at_stake)
+    share = gpu_share_of(s, at_stake)  # driver time: the profiler hardly slows it
     if share < REPORT_SHARE:
         return []
     site = m.empty_cache_site if m.empty_cache_calls else m.malloc_site
@@ -197,19 +199,24 @@ def host_bound(s: CaptureSummary, ctx: Context) -> list[Finding]:
     the tiny-op loop is launch_bound_capture's.
     """
     h, idle = s.evidence.host, s.evidence.idle
-    if not s.has_gpu or not h.python_ms or not idle.host_wait_ms or not s.wall_ms:
+    if not s.has_gpu or not h.python_ms or not (idle.host_wait_ms or idle.sync_ms) or not s.wall_ms:
         return []
-    inflation = profiler_added_ms(s)  # the profiler's Python tracer slows exactly this Python down
-    at_stake = max(0.0, min(h.python_ms, idle.host_wait_ms) - inflation)
-    share = share_of(s, at_stake)
+    # the Python the GPU waited for. While it idled for the host: that Python less all the profiler added (its
+    # Python tracer slows exactly this code; a tracker with no Python problem reads 1-3 ms of it here). After a
+    # sync (the host can no longer run ahead, so the Python that follows is what the GPU waits on): scaled to
+    # the unprofiled run
+    during_wait = max(0.0, min(h.python_ms, idle.host_wait_ms) - profiler_added_ms(s))
+    after_sync = deflated(s, min(max(0.0, h.python_ms - during_wait), idle.sync_ms))
+    at_stake = deflated(s, during_wait) + after_sync
+    share = gpu_share_of(s, at_stake)
     if share < REPORT_SHARE:
         return []
     site = h.python_site or getattr(idle, "host_wait_site", None)
     return [finding("host_bound", share,
-                    f"the GPU waits {idle.host_wait_ms:.1f} ms on the host: {h.python_ms:.1f} ms of Python with no "
-                    f"torch op{at(site)}",
+                    f"the GPU waits on the host's Python: {h.python_ms:.1f} ms of it with no torch op under it "
+                    f"(about {at_stake:.1f} ms unprofiled){at(site)}",
                     {"python_ms": h.python_ms, "host_wait_ms": idle.host_wait_ms, "gpu_idle_ms": s.gpu_idle_ms,
-                     "profiler_added_ms": inflation},
+                     "sync_idle_ms": idle.sync_ms, "unprofiled_python_ms": at_stake},
                     "move that Python off the per-call path (precompute it once, vectorise it with torch ops on "
                     "the GPU), or overlap it with GPU work",
                     typical_wall_ms=ctx["typical"], call_site=site)]

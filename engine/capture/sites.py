@@ -50,6 +50,8 @@ LIBRARY_PACKAGES = ("torch", "torchvision", "torchaudio", "functorch", "triton",
 MAX_DEPTH = 256
 
 LIBRARY = "library"
+#: folders of code torch writes at run time (inductor's kernels and wrappers): never the user's
+GENERATED_PREFIXES = ("torchinductor_", "tmp_torchinductor")
 
 
 def _package_dirs(module_names: Iterable[str]) -> tuple[str, ...]:
@@ -128,7 +130,10 @@ def resolve_recorded(path: str) -> str:
 
 
 def _relative_library(path: str) -> bool:
-    """A slimmed trace's relative path (``torch/cuda/streams.py``, ``contextlib.py``) of library code."""
+    """A slimmed trace's relative path (``torch/cuda/streams.py``, ``contextlib.py``) of library code, or code
+    torch generated (inductor's cache folder ``torchinductor_USER/``, FX's ``<eval_with_key>``)."""
+    if any(part.startswith(GENERATED_PREFIXES) for part in path.replace("\\", "/").split("/")):
+        return True
     if os.path.isabs(path):
         return False
     first = path.replace("\\", "/").split("/")[0]
