@@ -83,7 +83,8 @@ def test_launch_bound_from_the_kernel_record():
 
 
 def test_fp32_under_autocast_only_in_autocast_runs():
-    s = gpu_summary(wall_ms=148.0, profiled_wall_ms=148.0, unprofiled_wall_ms=148.0, fp32_ops=(Fp32Op("aten::grid_sampler", "sampler", 4, 9.4, 0.2),))
+    s = gpu_summary(wall_ms=148.0, profiled_wall_ms=148.0, unprofiled_wall_ms=148.0,
+                    fp32_ops=(Fp32Op("aten::grid_sampler", "sampler", 4, 9.4, 0.2),))
     f = by_rule(diagnose_capture(s))["fp32_under_autocast"]
     assert f["module"] == "sampler" and f["evidence"]["ms"] == 9.4 and f["severity"] == "info"  # 3 % at stake
     assert "fp32_under_autocast" not in by_rule(diagnose_capture(s, precision="tf32"))
@@ -94,7 +95,8 @@ def test_no_tensor_cores_and_legacy_arch():
                      True, "updater", "updater.blocks.0.attn.qkv")
     old = KernelRow("cutlass_75_tensorop_bf16_s1688gemm_bf16_128x256_32x2_nn_align8", "gemm", True, "bf16", 75,
                     50, 20.0, True, "updater", "updater.blocks.1.mlp.fc1")
-    s = gpu_summary(wall_ms=150.0, profiled_wall_ms=150.0, unprofiled_wall_ms=150.0, top_kernels=(simt, old), legacy_kernels=(simt, old))
+    s = gpu_summary(wall_ms=150.0, profiled_wall_ms=150.0, unprofiled_wall_ms=150.0,
+                    top_kernels=(simt, old), legacy_kernels=(simt, old))
     rules = by_rule(diagnose_capture(s))
     assert rules["no_tensor_cores"]["module"] == "updater.blocks.0.attn.qkv"
     assert rules["no_tensor_cores"]["severity"] == "warning"  # half of 60 of 150 ms
