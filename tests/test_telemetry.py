@@ -233,6 +233,7 @@ def test_unsupported_metric_is_nan_with_reason_and_not_retried():
         unsupported={"nvmlDeviceGetPowerUsage"}, gpm_unsupported_metrics={pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL}
     )
     sampler = TelemetrySampler(nvml=fake)
+    sampler._reader.gpm_interval_s = 0.0  # the 100 ms floor NVML sets, not the sampler's slower pace
     for i in range(3):
         sampler.sample_once(now=0.2 * i)
     snap = sampler.snapshot()
@@ -336,6 +337,7 @@ def test_no_gpu_and_nvml_disabled(monkeypatch):
 def test_gpm_samples_closer_than_100ms_reuse_previous_values():
     fake = FakeNvml()
     sampler = TelemetrySampler(nvml=fake)
+    sampler._reader.gpm_interval_s = 0.0  # the 100 ms floor NVML sets, not the sampler's slower pace
     dram = pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL
     sampler.sample_once(now=0.00)  # first GPM sample (fill 0), no values yet
     sampler.sample_once(now=0.05)  # 50 ms: too close, nothing new
@@ -451,6 +453,7 @@ def test_metric_unsupported_at_open_keeps_its_reason_while_sampling():
 def test_gpm_transient_error_restarts_the_pair_and_unsupported_turns_it_off():
     fake = FakeNvml()
     sampler = TelemetrySampler(nvml=fake)
+    sampler._reader.gpm_interval_s = 0.0  # the 100 ms floor NVML sets, not the sampler's slower pace
     sampler.sample_once(now=0.0)
     sampler.sample_once(now=0.2)
     assert sampler.snapshot()["sm_active_pct"][-1] == 60.0
@@ -471,3 +474,20 @@ def test_gpm_transient_error_restarts_the_pair_and_unsupported_turns_it_off():
     assert fake.calls["nvmlGpmSampleGet"] == calls  # off for good
     assert sampler.availability()["dram_bw_gbps"] == "not supported on this GPU"
     assert snap["pcie_rx_bytes_per_s"][-1] == 1000 * KIB  # back to the legacy PCIe counter
+
+
+def test_gpm_and_slow_metrics_are_read_less_often_than_the_rest():
+    """GPM every GPM_SAMPLE_INTERVAL_S and link/limit/temperature every SLOW_METRICS_INTERVAL_S, held between: a
+    GPM read at 10 Hz cost CorrTrack ~3 % on the H200 (scripts/sampler_cost.py)."""
+    from engine.telemetry.nvml import GPM_SAMPLE_INTERVAL_S, SLOW_METRICS_INTERVAL_S
+
+    fake = FakeNvml()
+    sampler = TelemetrySampler(nvml=fake)
+    ticks = [0.1 * i for i in range(21)]  # 2 s at 10 Hz
+    for t in ticks:
+        sampler.sample_once(now=t)
+    assert fake.calls["nvmlDeviceGetUtilizationRates"] == len(ticks)
+    assert fake.calls["nvmlGpmSampleGet"] == int(ticks[-1] / GPM_SAMPLE_INTERVAL_S + 1e-9) + 1
+    assert fake.calls["nvmlDeviceGetTemperature"] == int(ticks[-1] / SLOW_METRICS_INTERVAL_S + 1e-9) + 1
+    snap = sampler.snapshot()
+    assert snap["temperature_c"].tolist() == [55.0] * len(ticks)  # held between reads, never NaN

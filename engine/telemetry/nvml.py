@@ -26,6 +26,12 @@ REASON_NO_PERMISSION = "no permission to read it"
 REASON_NO_PEAK = "peak bandwidth of this GPU unknown"
 
 GPM_MIN_INTERVAL_S = 0.1  # NVML needs GPM samples at least 100 ms apart
+#: how often a GPM sample is taken (its metrics average over this window and are held between): GPM reads cost
+#: a tracker on the same GPU ~3 % at 10 Hz on the H200 (CorrTrack bf16 ran 1.064x with the sampler as it was,
+#: 1.029x with GPM off: scripts/sampler_cost.py), more than their 0.2 ms of host time says
+GPM_SAMPLE_INTERVAL_S = 0.5
+#: metrics that change slowly (link state, power limit, temperature) are read at most this often
+SLOW_METRICS_INTERVAL_S = 1.0
 LEGACY_PCIE_INTERVAL_S = 0.5  # nvmlDeviceGetPcieThroughput blocks ~20 ms per counter: read it sparingly
 KIB = 1024.0
 MIB = 1024.0 * 1024.0
@@ -94,6 +100,9 @@ class NvmlReader:
         self._gpm_values: dict[str, float] = {}
         self._pcie_from_gpm = False
         self._pcie_legacy_t = -math.inf
+        self.gpm_interval_s = GPM_SAMPLE_INTERVAL_S  # seconds between GPM samples (never under GPM_MIN_INTERVAL_S)
+        self._slow: dict[str, float] = {}  # the slow metrics as last read (SLOW_METRICS_INTERVAL_S)
+        self._slow_t = -math.inf
         self._pcie_legacy: tuple[float, float] = (math.nan, math.nan)
 
     # -- setup -------------------------------------------------------------------------------------
@@ -261,14 +270,16 @@ class NvmlReader:
             self._query(("mem_clock_mhz",), "nvmlDeviceGetClockInfo", h, getattr(n, "NVML_CLOCK_MEM", 2)),
         )
         self._put(out, "power_w", self._query(("power_w",), "nvmlDeviceGetPowerUsage", h), MILLI)
-        self._put(out, "power_limit_w", self._query(("power_limit_w",), "nvmlDeviceGetEnforcedPowerLimit", h), MILLI)
-        self._put(
-            out,
-            "temperature_c",
-            self._query(("temperature_c",), "nvmlDeviceGetTemperature", h, getattr(n, "NVML_TEMPERATURE_GPU", 0)),
-        )
-        self._put(out, "pcie_gen", self._query(("pcie_gen",), "nvmlDeviceGetCurrPcieLinkGeneration", h))
-        self._put(out, "pcie_width", self._query(("pcie_width",), "nvmlDeviceGetCurrPcieLinkWidth", h))
+        if now - self._slow_t >= SLOW_METRICS_INTERVAL_S or not self._slow:
+            slow: dict[str, float] = {}
+            self._put(slow, "power_limit_w",
+                      self._query(("power_limit_w",), "nvmlDeviceGetEnforcedPowerLimit", h), MILLI)
+            self._put(slow, "temperature_c", self._query(("temperature_c",), "nvmlDeviceGetTemperature", h,
+                                                          getattr(n, "NVML_TEMPERATURE_GPU", 0)))
+            self._put(slow, "pcie_gen", self._query(("pcie_gen",), "nvmlDeviceGetCurrPcieLinkGeneration", h))
+            self._put(slow, "pcie_width", self._query(("pcie_width",), "nvmlDeviceGetCurrPcieLinkWidth", h))
+            self._slow, self._slow_t = slow, now
+        out.update(self._slow)
         self._put(
             out,
             "clock_reasons",
@@ -303,7 +314,7 @@ class NvmlReader:
 
     def _read_gpm(self, now: float, out: dict[str, float]) -> None:
         """Difference a new GPM sample against the previous one when it is >= 100 ms old; else reuse."""
-        if self._gpm_prev is None or now - self._gpm_prev_t >= GPM_MIN_INTERVAL_S:
+        if self._gpm_prev is None or now - self._gpm_prev_t >= max(GPM_MIN_INTERVAL_S, self.gpm_interval_s):
             cur = 0 if self._gpm_prev is None else 1 - self._gpm_prev
             got = self._query(GPM_KEYS, "nvmlGpmSampleGet", self.handle, self._gpm_samples[cur])
             if got is None:  # GPM off for good when unsupported; restart the pair after a transient error
