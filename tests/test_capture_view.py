@@ -246,3 +246,31 @@ def test_a_lane_of_many_kernels_draws_with_a_level_of_detail(qtbot):
     assert not tl.grab().isNull()  # zoomed: the visible rects only
     kernels = data.lane("stream 7 kernels")
     assert tl.select("k1") == int((kernels.label == data.names.index("k1")).sum()) > 0
+
+
+def test_user_functions_are_rows_below_their_module(panel, deep_run):
+    """Kernels a forward body launched through helper functions are listed as function rows under the module."""
+    import copy
+
+    summary = copy.deepcopy(deep_run["summary"])
+    cell = max(summary["cells"], key=lambda c: c["kernel_ms"])
+    summary.setdefault("evidence", {})["functions"] = [
+        {"module": cell["module"], "function": "correlate (mytracker/model.py:80)",
+         "site": "mytracker/model.py:80 correlate",
+         "layer": "user", "wall_ms": 0.4, "kernel_ms": 1.25, "kernels": 12, "launches": 12, "syncs": 0, "cpu_ops": 20,
+         "stage": cell["stage"]},
+        {"module": cell["module"], "function": "_to_numpy (engine/trackers/plugin.py:103)",
+         "site": "engine/trackers/plugin.py:103 _to_numpy", "layer": "trackscope", "wall_ms": 0.2, "kernel_ms": 0.0,
+         "kernels": 0, "launches": 0, "syncs": 2, "cpu_ops": 3, "stage": cell["stage"]},
+    ]
+    panel.set_capture(summary, deep_run["findings"], None)
+    rows = _rows(panel)
+    module_depth = next(d for d, text, ref in rows if ref and ref.get("kind") == "module"
+                        and ref["module"] == cell["module"] and ref["stage"] == cell["stage"])
+    functions = [(d, text, ref) for d, text, ref in rows if ref and ref.get("kind") == "function"]
+    assert [ref["function"] for _, _, ref in functions] == ["correlate (mytracker/model.py:80)",
+                                                           "_to_numpy (engine/trackers/plugin.py:103)"]
+    assert all(d == module_depth + 1 and ref["module"] == cell["module"] for d, _, ref in functions)
+    flags = Qt.MatchFlag.MatchStartsWith | Qt.MatchFlag.MatchRecursive
+    own = next(item for item in panel.tree.findItems("ƒ _to_numpy", flags))
+    assert "trackscope's own" in own.text(4)

@@ -56,6 +56,8 @@ COLUMNS = ("Stage / module / kernel", "Wall ms", "GPU ms", "Count", "Class / not
 COL_NAME, COL_WALL, COL_GPU, COL_COUNT, COL_CLASS = range(len(COLUMNS))
 ROLE = Qt.ItemDataRole.UserRole
 LOADING = "loading trace..."
+#: a function row is listed under its module when it launched work, synced, or held the host this long (ms)
+FUNCTION_MIN_WALL_MS = 0.05
 NO_TRACE = "trace missing: this capture has no trace file beside its report, so there is no timeline"
 SHORT_TEMPLATE = 30  # template arguments longer than this are shown as <…>
 EXPAND_ALL_ROWS = 60  # with fewer stage and module rows than this, module rows start expanded too
@@ -307,6 +309,10 @@ class CapturePanel(QWidget):
         cells: dict[str, list[Any]] = {}
         for c in s.cells:
             cells.setdefault(c.stage, []).append(c)
+        functions: dict[tuple[str, str], list[Any]] = {}  # the user functions below a module (evidence rows)
+        for f in s.evidence.functions:
+            if f.kernel_ms or f.syncs or f.wall_ms >= FUNCTION_MIN_WALL_MS:
+                functions.setdefault((f.stage, f.module), []).append(f)
         for st in s.stages:
             notes = ", ".join(p for p in (f"{st.syncs} syncs" if st.syncs else "",
                                           f"{st.copies} copies" if st.copies else "") if p)
@@ -319,6 +325,12 @@ class CapturePanel(QWidget):
                 mod = _item((c.module, _ms(c.wall_ms), _ms(c.kernel_ms), str(c.kernels), notes),
                             {"kind": "module", "stage": st.stage, "module": c.module})
                 top.addChild(mod)
+                for f in functions.get((st.stage, c.module), []):
+                    notes = ", ".join(p for p in ("trackscope's own" if f.layer == "trackscope" else "",
+                                                  f"{f.syncs} syncs" if f.syncs else "") if p)
+                    mod.addChild(_item((f"ƒ {f.function}", _ms(f.wall_ms), _ms(f.kernel_ms), str(f.kernels), notes),
+                                       {"kind": "function", "stage": st.stage, "module": c.module,
+                                        "function": f.function, "site": f.site}))
                 for k in kernels.get((st.stage, c.module), []):
                     label = " ".join(p for p in (k.kind, {True: "tc", False: "simt"}.get(k.tensor_core, ""),
                                                  k.precision or "", f"sm{k.arch}" if k.arch else "",
