@@ -21,10 +21,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--run", default="deep_nested", choices=sorted(TRACES))
+    parser.add_argument("--expand", action="store_true", help="expand every row of the tree (the function rows)")
     parser.add_argument("--size", default="1600x1000")
     parser.add_argument("--finding", type=int, default=None, help="select this finding before the shot")
     parser.add_argument("--select", default=None, help="select this module/stage/kernel name before the shot")
     parser.add_argument("--whole", action="store_true", help="show the whole run after selecting")
+    parser.add_argument("--report", type=Path, default=None,
+                        help="a deep run report (its capture, the trace beside it) instead of a committed run")
     args = parser.parse_args(argv)
 
     from PySide6.QtCore import QEventLoop, QTimer
@@ -33,8 +36,18 @@ def main(argv: list[str] | None = None) -> int:
     from gui.panels.capture_panel import CapturePanel
 
     app = QApplication.instance() or QApplication([])
-    runs = {r["label"]: r for r in json.loads((DATA / "summaries.json").read_text())["runs"]}
-    run = runs[args.run]
+    if args.report is not None:
+        from engine.api import analyse, load_report, trace_path_for
+
+        report = load_report(args.report)
+        analysis = analyse(report)
+        run = {"summary": report.capture.get("summary", report.capture), "findings": list(analysis.capture_findings)}
+        trace = trace_path_for(args.report)
+        args.run = report.label or args.report.stem
+    else:
+        runs = {r["label"]: r for r in json.loads((DATA / "summaries.json").read_text())["runs"]}
+        run = runs[args.run]
+        trace = DATA / TRACES[args.run]
     panel = CapturePanel()
     width, height = (int(v) for v in args.size.split("x"))
     panel.resize(width, height)
@@ -44,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     panel.trace_loaded.connect(lambda _data: loop.quit())
     panel.trace_failed.connect(lambda _msg: loop.quit())
     QTimer.singleShot(30_000, loop.quit)
-    panel.set_capture(run["summary"], run["findings"], DATA / TRACES[args.run])
+    panel.set_capture(run["summary"], run["findings"], trace)
     loop.exec()
     if args.finding is not None:
         panel.select_finding(args.finding)
@@ -52,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         panel.select_module(args.select)
     if args.whole:
         panel.timeline.show_all()
+    if args.expand:
+        panel.tree.expandToDepth(1)
     for _ in range(5):
         app.processEvents()
     args.out.parent.mkdir(parents=True, exist_ok=True)
