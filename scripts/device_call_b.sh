@@ -4,17 +4,7 @@
 # the interleaved direct reference and a deep capture each (fp32/tf32/bf16), then bench --overhead with and
 # without telemetry. Everything ends within TOTAL_S; outputs come back as $OUT/*.log, table.* and two archives.
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1
-OUT=${OUT:?}
-TOTAL_S=${TOTAL_S:-540}
-W=$(mktemp -d)
-T="python3 -m engine.cli"
-V=resources/sample.mp4
-step() { local limit=$1; shift; local left=$((TOTAL_S - SECONDS - 15)); echo; echo "### $* ($left s left)";
-         (( left < 10 )) && { echo skipped; return; }; (( limit > left )) && limit=$left;
-         timeout -k 5 "$limit" "$@" 2>&1 | grep -v '^USDT'; echo "rc=${PIPESTATUS[0]}"; }
+source scripts/device_common.sh
 {
 OUT=$OUT DEADLINE=${DIAG_S:-290} bash scripts/device_diagnosis.sh > "$W/diag_stdout.log" 2>&1; tail -40 "$OUT/diagnosis.log"
 step 70 $T bench $V --device cuda --tracker scripts.peers.tapir_plugin:make --precisions fp32,bf16 --points 256 \

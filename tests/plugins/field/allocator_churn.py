@@ -12,7 +12,7 @@ from torch import nn
 
 from tests.plugins.field.common import (
     VISIBLE_SCORE,
-    Backbone,
+    BackboneTracker,
     best_match,
     correlate,
     frames_to_float,
@@ -37,11 +37,7 @@ def windowed_max(corr: torch.Tensor) -> torch.Tensor:
     return torch.stack(out, dim=1)
 
 
-class AllocatorChurnTracker(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.backbone = Backbone()
-
+class AllocatorChurnTracker(BackboneTracker):
     def forward(self, frames: torch.Tensor, queries: torch.Tensor):
         feats = self.backbone(frames_to_float(frames))
         corr = windowed_max(correlate(query_features(feats, queries), feats))

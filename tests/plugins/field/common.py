@@ -52,6 +52,14 @@ class Backbone(nn.Module):
         return nn.functional.normalize(self.conv2(x), dim=1)
 
 
+class BackboneTracker(nn.Module):
+    """A field tracker over the shared conv backbone; each plugin writes its own ``forward``."""
+
+    def __init__(self):
+        super().__init__()
+        self.backbone = Backbone()
+
+
 def query_cells(queries: torch.Tensor, num_frames: int, h: int, w: int
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Queries [N, 3] pixels -> (frame, cell row, cell column) long indices [N] each, clamped inside."""

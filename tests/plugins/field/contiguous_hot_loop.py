@@ -7,7 +7,7 @@ from torch import nn
 
 from tests.plugins.field.common import (
     VISIBLE_SCORE,
-    Backbone,
+    BackboneTracker,
     best_match,
     correlate,
     frames_to_float,
@@ -29,11 +29,7 @@ def smooth_over_time(corr: torch.Tensor) -> torch.Tensor:
     return corr
 
 
-class ContiguousHotLoopTracker(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.backbone = Backbone()
-
+class ContiguousHotLoopTracker(BackboneTracker):
     def forward(self, frames: torch.Tensor, queries: torch.Tensor):
         feats = self.backbone(frames_to_float(frames))
         corr = smooth_over_time(correlate(query_features(feats, queries), feats))

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from tests.plugins.field.common import (
-    Backbone,
+    BackboneTracker,
     best_match,
     correlate,
     frames_to_float,
@@ -41,11 +41,7 @@ def sharpen(corr: torch.Tensor) -> torch.Tensor:
     return torch.clamp(x, max=1.0)
 
 
-class ElementwiseChainTracker(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.backbone = Backbone()
-
+class ElementwiseChainTracker(BackboneTracker):
     def forward(self, frames: torch.Tensor, queries: torch.Tensor):
         feats = self.backbone(frames_to_float(frames))
         corr = sharpen(correlate(query_features(feats, queries), feats))

@@ -8,7 +8,7 @@ from torch import nn
 from tests.plugins.field.common import (
     FEATURE_STRIDE,
     VISIBLE_SCORE,
-    Backbone,
+    BackboneTracker,
     correlate,
     frames_to_float,
     query_features,
@@ -31,11 +31,7 @@ def soft_argmax_float64(corr: torch.Tensor, h: int, w: int) -> tuple[torch.Tenso
     return tracks.float(), score.float()
 
 
-class Float64PathTracker(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.backbone = Backbone()
-
+class Float64PathTracker(BackboneTracker):
     def forward(self, frames: torch.Tensor, queries: torch.Tensor):
         feats = self.backbone(frames_to_float(frames))
         _, _, h, w = feats.shape

@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-from tests.plugins.field.common import Backbone, frames_to_float, seeded, track
+from tests.plugins.field.common import BackboneTracker, frames_to_float, seeded, track
 
 FALLOFF_FRAMES = 6.0  # anchor weight falls by e over this many frames from the query frame
 EASING_TERMS = 8  # terms of the easing series per weight
@@ -34,11 +34,7 @@ def anchor_weights(query_frames: list[int], num_frames: int) -> list[list[float]
     return table
 
 
-class HostPythonLoopTracker(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.backbone = Backbone()
-
+class HostPythonLoopTracker(BackboneTracker):
     def forward(self, frames: torch.Tensor, queries: torch.Tensor):
         tracks, visible = track(self.backbone(frames_to_float(frames)), queries)
         query_frames = [int(t) for t in queries[:, 0].round().tolist()]  # one read of the N query frames

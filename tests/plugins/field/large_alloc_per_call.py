@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tests.plugins.field.common import Backbone, frames_to_float, seeded, track
+from tests.plugins.field.common import BackboneTracker, frames_to_float, seeded, track
 
 MAX_FRAMES = 1024  # the longest video the vote volume is sized for (on a GPU)
 MAX_FRAMES_CPU = 64  # the same on the CPU
@@ -33,11 +33,7 @@ def crowding(tracks: torch.Tensor, height: int, width: int) -> torch.Tensor:
     return share.view(-1)[flat]
 
 
-class LargeAllocTracker(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.backbone = Backbone()
-
+class LargeAllocTracker(BackboneTracker):
     def forward(self, frames: torch.Tensor, queries: torch.Tensor):
         tracks, visible = track(self.backbone(frames_to_float(frames)), queries)
         crowded = crowding(tracks, frames.shape[1], frames.shape[2]) > CROWDED_SHARE

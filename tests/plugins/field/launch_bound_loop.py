@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tests.plugins.field.common import Backbone, frames_to_float, seeded, track
+from tests.plugins.field.common import BackboneTracker, frames_to_float, seeded, track
 
 FILTER_STEPS = 10  # predict/update steps per frame
 GAIN = 0.3  # measurement weight per step
@@ -35,11 +35,7 @@ def filter_tracks(tracks: torch.Tensor, width_px: float, height_px: float) -> to
     return torch.stack(out, dim=1)
 
 
-class LaunchBoundTracker(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.backbone = Backbone()
-
+class LaunchBoundTracker(BackboneTracker):
     def forward(self, frames: torch.Tensor, queries: torch.Tensor):
         tracks, visible = track(self.backbone(frames_to_float(frames)), queries)
         return filter_tracks(tracks, float(frames.shape[2]), float(frames.shape[1])), visible

@@ -7,7 +7,7 @@ from torch import nn
 
 from tests.plugins.field.common import (
     VISIBLE_SCORE,
-    Backbone,
+    BackboneTracker,
     best_match,
     correlate,
     frames_to_float,
@@ -33,11 +33,7 @@ def bridge_weak_frames(tracks: torch.Tensor, score: torch.Tensor) -> torch.Tenso
     return out
 
 
-class SyncBranchTracker(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.backbone = Backbone()
-
+class SyncBranchTracker(BackboneTracker):
     def forward(self, frames: torch.Tensor, queries: torch.Tensor):
         feats = self.backbone(frames_to_float(frames))
         tracks, score = best_match(correlate(query_features(feats, queries), feats), feats.shape[-1])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tests.plugins.field.common import Backbone, best_match, correlate, frames_to_float, query_features, seeded
+from tests.plugins.field.common import BackboneTracker, best_match, correlate, frames_to_float, query_features, seeded
 
 PEAK_FRACTION = 0.8  # a frame is visible when its score reaches this share of the point's best score
 
@@ -22,11 +22,7 @@ def visibility_per_point(score: torch.Tensor) -> torch.Tensor:
     return torch.stack(visible)
 
 
-class SyncItemTracker(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.backbone = Backbone()
-
+class SyncItemTracker(BackboneTracker):
     def forward(self, frames: torch.Tensor, queries: torch.Tensor):
         feats = self.backbone(frames_to_float(frames))
         tracks, score = best_match(correlate(query_features(feats, queries), feats), feats.shape[-1])

@@ -13,7 +13,7 @@ from torch import nn
 
 from tests.plugins.field.common import (
     VISIBLE_SCORE,
-    Backbone,
+    BackboneTracker,
     best_match,
     cell_features,
     frames_to_float,
@@ -37,11 +37,7 @@ def match_and_log(qfeat: torch.Tensor, feats: torch.Tensor) -> tuple[torch.Tenso
     return torch.stack(tracks, dim=1), torch.stack(scores, dim=1)
 
 
-class SyncPrintTracker(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.backbone = Backbone()
-
+class SyncPrintTracker(BackboneTracker):
     def forward(self, frames: torch.Tensor, queries: torch.Tensor):
         feats = self.backbone(frames_to_float(frames))
         tracks, score = match_and_log(query_features(feats, queries), feats)

@@ -7,7 +7,7 @@ from torch import nn
 
 from tests.plugins.field.common import (
     VISIBLE_SCORE,
-    Backbone,
+    BackboneTracker,
     best_match,
     cell_features,
     frames_to_float,
@@ -31,11 +31,7 @@ def match_frame_by_frame(qfeat: torch.Tensor, feats: torch.Tensor) -> tuple[torc
     return torch.stack(tracks, dim=1), torch.stack(scores, dim=1)
 
 
-class SyncSynchronizeTracker(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.backbone = Backbone()
-
+class SyncSynchronizeTracker(BackboneTracker):
     def forward(self, frames: torch.Tensor, queries: torch.Tensor):
         feats = self.backbone(frames_to_float(frames))
         tracks, score = match_frame_by_frame(query_features(feats, queries), feats)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tests.plugins.field.common import Backbone, best_match, correlate, frames_to_float, query_features, seeded
+from tests.plugins.field.common import BackboneTracker, best_match, correlate, frames_to_float, query_features, seeded
 
 CUTOFF_QUANTILE = 0.25  # points below this quantile of a frame's scores are marked occluded
 
@@ -21,11 +21,7 @@ def visibility_per_frame(score: torch.Tensor) -> torch.Tensor:
     return torch.stack(columns, dim=1)
 
 
-class SyncTolistTracker(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.backbone = Backbone()
-
+class SyncTolistTracker(BackboneTracker):
     def forward(self, frames: torch.Tensor, queries: torch.Tensor):
         feats = self.backbone(frames_to_float(frames))
         tracks, score = best_match(correlate(query_features(feats, queries), feats), feats.shape[-1])

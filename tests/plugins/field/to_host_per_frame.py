@@ -9,7 +9,7 @@ from torch import nn
 from tests.plugins.field.common import (
     FEATURE_STRIDE,
     VISIBLE_SCORE,
-    Backbone,
+    BackboneTracker,
     best_match,
     cell_features,
     frames_to_float,
@@ -40,11 +40,7 @@ def smooth_on_host(qfeat: torch.Tensor, feats: torch.Tensor) -> tuple[np.ndarray
     return tracks, scores
 
 
-class ToHostPerFrameTracker(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.backbone = Backbone()
-
+class ToHostPerFrameTracker(BackboneTracker):
     def forward(self, frames: torch.Tensor, queries: torch.Tensor):
         feats = self.backbone(frames_to_float(frames))
         tracks, score = smooth_on_host(query_features(feats, queries), feats)
