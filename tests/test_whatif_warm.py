@@ -83,15 +83,18 @@ def test_the_app_summary_has_no_zero_ratio(qtbot):
 
     report = with_counted_work(with_warm_runs(_cold_only(recorded()), runs=2))
     result = project(report, "H200")
-    assert result["projected_ms"] / result["observed_ms"] < 0.005  # two decimals would write 0.00
+    ratio = result["projected_ms"] / result["observed_ms"]  # the warm runs are timed now: it follows this CPU's load
     panel = DiagnosisPanel()
     qtbot.addWidget(panel)
     panel.set_report(report)
     panel.gpu_combo.setCurrentText("H200")
     summary = panel.whatif_summary.text()
-    assert "0.00" not in summary and "&lt;0.01x the time" in summary and "x faster)" in summary, summary
     total = panel.whatif_table.item(panel.whatif_table.rowCount() - 1, 5).text()
-    assert total == "<0.01"
+    assert "0.00" not in summary and "x faster)" in summary, summary
+    if ratio < 0.005:  # two decimals would write 0.00
+        assert "&lt;0.01x the time" in summary and total == "<0.01", summary
+    else:
+        assert total == ratio_value(ratio) and total != "0.00"
 
 
 def test_warm_runs_of_another_device_are_refused_with_the_command_for_its_machine(capsys):

@@ -87,6 +87,8 @@ class ExportController(QObject):
         report = self.full_report()
         if self._with_trace is not None:  # a deep capture's trace goes beside it, named after it
             report = self._with_trace(report, path)
+        if report is None:
+            raise UserError("there is no run report to export", "run the tracker or open a report first")
         return export.export_report(path, report)
 
     def full_report(self) -> Report | None:
@@ -120,6 +122,7 @@ class ExportController(QObject):
         snapshot = RunData(run.label, dict(run.config), run.queries.copy(), run.tracks.copy(), run.visible.copy(),
                            None, run.video_path)
         fps, trail = self._video_settings()
+        assert s.frames is not None  # checked above: a run to export needs the open video
         work = partial(export.export_video, path, s.frames, snapshot, fps, trail, s.geometry)
 
         def connect(worker: GeneratorWorker, thread: QThread) -> None:
