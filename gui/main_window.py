@@ -32,7 +32,7 @@ from gui.controllers.cost import CostController
 from gui.controllers.exports import ExportController
 from gui.controllers.files import FileController
 from gui.controllers.runs import RunActions
-from gui.history import HistoryEntry, video_name
+from gui.history import MAX_HISTORY, HistoryEntry, video_name
 from gui.layout import WindowLayout
 from gui.model import RunData, report_title
 from gui.panels.ab_view import ABView
@@ -337,7 +337,7 @@ class MainWindow(QMainWindow):
 
     def _add_tradeoff_entry(self, entry: HistoryEntry) -> None:
         if self.tradeoff is not None:
-            self.panels.call(self.tradeoff, self.tradeoff.add_entry, entry, replace=False)
+            self.panels.call(self.tradeoff, self.tradeoff.add_entry, entry, replace=False, keep_last=MAX_HISTORY)
 
     def _history_on_new_video(self) -> None:
         """Another video: the previous one's problem leaves the banner; the trade-offs show the new one's rows."""

@@ -29,6 +29,10 @@ MAX_IN_FLIGHT = 4
 WAIT_POLL_S = 0.1
 
 
+def _finished_work() -> None:
+    """What a worker holds once its work has ended."""
+
+
 class GeneratorWorker(QObject):
     """Iterates ``work()`` in a worker thread; created without a parent so ``moveToThread`` works.
 
@@ -62,8 +66,9 @@ class GeneratorWorker(QObject):
     def quit(self) -> None:
         """Ask the work to stop: tell it through ``on_quit``, else stop at its next value."""
         self._stop.set()
-        if self._on_quit is not None:
-            self._on_quit()
+        on_quit = self._on_quit
+        if on_quit is not None:
+            on_quit()
         with self._handled:
             self._handled.notify_all()
 
@@ -85,6 +90,9 @@ class GeneratorWorker(QObject):
         except BaseException as exc:  # noqa: BLE001 - reported on the GUI thread, never raised into Qt: a
             self.errored.emit(exc)  # SystemExit or KeyboardInterrupt out of the work must not end the app
         finally:
+            # the work is over: let go of it (a run's job holds its session, frames and tracks) even while Qt or
+            # a late signal still holds this worker
+            self._work, self._on_quit = _finished_work, None
             self.done.emit()
 
     def _iterate(self, gen: Iterator[Any]) -> Any:

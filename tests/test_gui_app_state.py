@@ -256,3 +256,22 @@ def test_the_banner_floats_under_the_tab_bar_and_moves_nothing(qtbot, window):
     assert after == before  # the tab bar and the page stay where the pointer left them
     top_left = banner.mapTo(window, QPoint(0, 0))
     assert top_left.y() >= bar.mapTo(window, QPoint(0, bar.height())).y()  # under the tab bar, over the page
+
+
+def test_queued_panel_calls_that_accumulate_keep_only_the_newest(qtbot):
+    """A tab never shown kept every run's trade-off entry queued (500 runs: 500 reports and their tracks)."""
+    from PySide6.QtWidgets import QTabWidget, QWidget
+
+    from gui.panels.queue import PanelQueue
+
+    tabs = QTabWidget()
+    qtbot.addWidget(tabs)
+    shown, hidden = QWidget(), QWidget()
+    tabs.addTab(shown, "shown")
+    tabs.addTab(hidden, "hidden")
+    got: list[int] = []
+    queue = PanelQueue(tabs, lambda text: None)
+    for i in range(200):
+        queue.call(hidden, got.append, i, replace=False, keep_last=50)
+    queue.flush(hidden)
+    assert got == list(range(150, 200))

@@ -20,8 +20,11 @@ class PanelQueue:
         self._on_error = on_error
         self._queued: dict[QWidget, list[tuple[Callable[..., Any], tuple, bool]]] = {}
 
-    def call(self, panel: QWidget | None, method: Callable[..., Any], *args: Any, replace: bool = True) -> None:
-        """Call ``method`` (a bound method of ``panel``); ``replace``: a later call drops an earlier queued one."""
+    def call(self, panel: QWidget | None, method: Callable[..., Any], *args: Any, replace: bool = True,
+             keep_last: int | None = None) -> None:
+        """Call ``method`` (a bound method of ``panel``); ``replace``: a later call drops an earlier queued one;
+        ``keep_last``: of calls that accumulate (``replace=False``), only the newest this many stay queued (the
+        queue of a tab never shown must not hold every run of a long session: 500 runs kept 500 reports)."""
         if panel is None:
             return
         if self._tabs.currentWidget() is panel:
@@ -31,6 +34,10 @@ class PanelQueue:
         if replace:
             queue[:] = [(m, a, r) for m, a, r in queue if m != method]
         queue.append((method, args, replace))
+        if keep_last is not None:
+            mine = [i for i, (m, _, _) in enumerate(queue) if m == method]
+            for i in reversed(mine[:-keep_last] if keep_last > 0 else mine):
+                del queue[i]
 
     def flush(self, panel: QWidget | None = None) -> None:
         """Apply the calls queued for ``panel`` (or for every panel)."""
