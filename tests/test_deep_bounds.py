@@ -157,3 +157,25 @@ def test_a_failed_capture_exits_non_zero_after_writing_the_report(tmp_path, caps
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["runs"] and "refuses to be profiled" in report["capture"]["error"]
     assert (tmp_path / "t.npz").is_file()
+
+
+def test_bench_keeps_a_configurations_timed_report_when_its_capture_is_interrupted(tmp_path, monkeypatch):
+    """Ctrl-C during `bench --deep`'s capture: the configuration's report of its timed runs is already on disk."""
+    from engine.io.video import write_video
+    from engine.workflows import bench as bench_module
+
+    video = tmp_path / "clip.mp4"
+    write_video(video, moving_square_video(6, 32), fps=10)
+
+    def interrupted(self, config, report):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench_module.Bench, "_capture", interrupted)
+    out = tmp_path / "bench"
+    code = main(["bench", str(video), "--tracker", "lk", "--device", "cpu", "--precisions", "fp32", "--points", "4",
+                 "--warmup", "0", "--repeat", "1", "--no-cost", "--deep", "--out", str(out)])
+    assert code == 130
+    reports = [p for p in out.glob("*.json") if p.name != "bench.json"]
+    assert len(reports) == 1
+    data = json.loads(reports[0].read_text())
+    assert data["runs"] and not data.get("capture")  # the timed run, without the capture it never got

@@ -96,3 +96,28 @@ def test_a_plugin_calling_the_guard_from_its_worker_runs_inline_instead_of_deadl
     assert not driver.is_alive(), "a call from the worker waited on its own queue"
     (outer_thread, inner_thread), = outcome
     assert inner_thread is outer_thread
+
+
+def test_a_worker_inside_a_call_is_lingering_until_it_returns():
+    """After a Ctrl-C the CLI stops waiting for a plugin's batch; a worker still inside torch at interpreter exit
+    ended the process with rc -6, so the CLI must see it and exit past it."""
+    import threading
+
+    from engine.trackers.guard import busy_threads, call_plugin, lingering_threads
+
+    inside, release = threading.Event(), threading.Event()
+
+    def batch() -> str:
+        inside.set()
+        release.wait(10)
+        return "done"
+
+    caller = threading.Thread(target=lambda: call_plugin("busy-plugin", "in a batch", batch), daemon=True)
+    caller.start()
+    assert inside.wait(10)
+    busy = busy_threads()
+    assert len(busy) == 1 and "busy-plugin" in busy[0].name
+    assert busy[0] in lingering_threads()
+    release.set()
+    caller.join(10)
+    assert not any("busy-plugin" in t.name for t in busy_threads())

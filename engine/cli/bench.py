@@ -98,6 +98,7 @@ def _bench(args: argparse.Namespace) -> int:
     if writer_out is not None:
         writer = BenchWriter(writer_out, bench, planned_configurations(precisions, points, frames))
         writer.start()
+        bench.before_capture = writer.timed_report
     try:
         print(f"trackscope bench: {args.tracker} on {bench.device}, video {data.info.get('path')} "
               f"({data.frames.shape[0]} frames {data.frames.shape[2]}x{data.frames.shape[1]}), "

@@ -87,6 +87,7 @@ class _Worker:
 
     def __init__(self, name: str) -> None:
         self.calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self.busy = False  # inside a call of plugin code (read by busy_threads)
         self.thread = threading.Thread(target=self._serve, name=f"{THREAD_PREFIX} {name}", daemon=True)
         self.thread.start()
 
@@ -96,7 +97,11 @@ class _Worker:
             call = self.calls.get()
             if call is None:
                 return
-            call.run()
+            self.busy = True
+            try:
+                call.run()
+            finally:
+                self.busy = False
             del call  # an idle worker holds no result (a prepared video on the device) alive
 
     def submit(self, call: _Call) -> None:
@@ -211,9 +216,18 @@ def abandoned_threads() -> list[threading.Thread]:
         return list(_abandoned)
 
 
+def busy_threads() -> list[threading.Thread]:
+    """Plugin worker threads inside a call right now (after a Ctrl-C the caller stopped waiting for them)."""
+    with _workers_lock:
+        return [w.thread for w in _workers.values() if w.busy and w.thread.is_alive()]
+
+
 def lingering_threads() -> list[threading.Thread]:
     """Threads that would keep the process alive or hold it at exit: non-daemon threads other than the main
-    thread (a plugin's), and abandoned plugin calls."""
+    thread (a plugin's), abandoned plugin calls, and plugin workers still inside a call (a daemon thread inside
+    torch's C++ code when the interpreter shuts down ends the process with 'terminate called without an active
+    exception', rc -6: seen after a Ctrl-C during a plugin's batch)."""
     main = threading.main_thread()
     stray = [t for t in threading.enumerate() if t is not main and not t.daemon and t.is_alive()]
-    return stray + [t for t in abandoned_threads() if t not in stray]
+    stray += [t for t in abandoned_threads() if t not in stray]
+    return stray + [t for t in busy_threads() if t not in stray]

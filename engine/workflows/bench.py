@@ -181,6 +181,9 @@ class Bench:
         self.timing = timing
         self.cost = cost
         self.direct = direct  # time the tracker called alone beside each configuration's session runs
+        # called with (row, report) after a configuration's timed runs and before its deep capture (BenchWriter
+        # writes the report then: a Ctrl-C, a hang or a crash in the capture keeps the timed numbers)
+        self.before_capture: Callable[[Row, Report], Any] | None = None
         self.deep = deep  # one captured run per configuration after the timed ones
         self.trace_dir = trace_dir  # where the captures' traces go (the --out folder); None: no traces
         self.log = log or (lambda text: print(text, file=sys.stderr))
@@ -271,6 +274,8 @@ class Bench:
         if direct is not None:
             report = dataclasses.replace(report, direct=direct)
         if self.deep:
+            if self.before_capture is not None:  # the timed runs' report is on disk before the capture can fail
+                self.before_capture(row, report)
             report = dataclasses.replace(report, capture=self._capture(config, report))
         self._fill_row(row, report, g.reason)
         if config.precision == "fp32":
@@ -481,6 +486,13 @@ class BenchWriter:
             self.out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UserError(f"--out {self.out}: cannot make the folder: {exc.strerror or exc}") from None
+
+    def timed_report(self, row: Row, report: Report) -> Path:
+        """A configuration's report before its deep capture (rewritten with the capture by ``row_done``)."""
+        from engine.report.files import save
+
+        self.out.mkdir(parents=True, exist_ok=True)
+        return save(report, self.out / (_slug(row.label) + ".json"))
 
     def row_done(self, row: Row) -> Path:
         """The report of ``row`` (when it finished) and the bench file so far."""
