@@ -131,12 +131,17 @@ def runnable_modes(device: torch.device | str, modes: tuple[str, ...] = PRECISIO
     return [m for m in modes if gate(m, device).runnable]
 
 
+def either(modes: list[str]) -> str:
+    """Modes as a choice in a sentence: 'fp32, tf32 or bf16'."""
+    return modes[0] if len(modes) == 1 else f"{', '.join(modes[:-1])} or {modes[-1]}"
+
+
 def check_runnable(mode: str, device: torch.device) -> Gate:
     g = gate(mode, device)
     if not g.runnable:
         others = runnable_modes(device, ("int8", "bf16") if mode == "fp8" else ("fp32", "bf16"))
         raise UserError(f"precision {mode} cannot run on {device}: {g.reason}",
-                        f"choose {' or '.join(others)}" if others else "choose another device")
+                        f"choose {either(others)}" if others else "choose another device")
     return g
 
 

@@ -31,7 +31,7 @@ import torch
 from engine.core.config import DEFAULT_TUNABLE, ConfigChange, RunConfig
 from engine.core.devices import device_name, resolve_device
 from engine.core.errors import OutOfMemory, QueryError, TrackerError, UserError, VideoError, capped
-from engine.core.precision import FLOAT_MODES, QUANT_MODES, gate, precision_context, runnable_modes
+from engine.core.precision import FLOAT_MODES, QUANT_MODES, either, gate, precision_context, runnable_modes
 from engine.core.stages import StageTimer
 from engine.io.geometry import VideoGeometry
 from engine.run.device_memory import check_run_device_memory
@@ -453,7 +453,7 @@ def _quant_recipe(tracker: Tracker, precision: str, device: torch.device) -> dic
     if not recipe:
         raise TrackerError(f"tracker {tracker.name!r} has no {precision} recipe: it would run in float while "
                            f"labelled {precision}",
-                           f"choose {' or '.join(runnable_modes(device, FLOAT_MODES))} for it, or a tracker "
+                           f"choose {either(runnable_modes(device, FLOAT_MODES))} for it, or a tracker "
                            "that quantises (corrtrack, or a plugin nn.Module with Linear layers)")
     return recipe
 

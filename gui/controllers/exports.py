@@ -106,10 +106,12 @@ class ExportController(QObject):
     def export_video_dialog(self) -> None:
         """The video with the tracks drawn on it, written in the background."""
         s = self.state
-        run = self._run_to_export() if s.frames is not None else None
+        frames = s.frames
+        if frames is None:
+            s.post_message("nothing to export yet", "open a video and run the tracker first", "info")
+            return
+        run = self._run_to_export()
         if run is None:
-            if s.frames is None:
-                s.post_message("nothing to export yet", "open a video and run the tracker first", "info")
             return
         path = self._save_path("Export overlaid video", "tracks.mp4", "MP4 video (*.mp4)")
         if not path:
@@ -122,8 +124,7 @@ class ExportController(QObject):
         snapshot = RunData(run.label, dict(run.config), run.queries.copy(), run.tracks.copy(), run.visible.copy(),
                            None, run.video_path)
         fps, trail = self._video_settings()
-        assert s.frames is not None  # checked above: a run to export needs the open video
-        work = partial(export.export_video, path, s.frames, snapshot, fps, trail, s.geometry)
+        work = partial(export.export_video, path, frames, snapshot, fps, trail, s.geometry)
 
         def connect(worker: GeneratorWorker, thread: QThread) -> None:
             worker.returned.connect(self._export_done)
