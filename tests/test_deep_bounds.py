@@ -3,6 +3,7 @@ op, leaves nothing in the temp folder, survives a plugin's own profiler, and nev
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import signal
@@ -146,3 +147,20 @@ def test_a_failed_capture_exits_non_zero_after_writing_the_report(tmp_path, caps
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["runs"] and "refuses to be profiled" in report["capture"]["error"]
     assert (tmp_path / "t.npz").is_file()
+
+
+def test_bench_deep_gives_each_trace_its_rank_and_exits_non_zero_when_a_capture_fails(tmp_path):
+    out = tmp_path / "bench"
+    args = ["bench", str(SAMPLE_VIDEO), "--device", "cpu", "--precisions", "fp32", "--points-per-batch", "2,4",
+            "--grid", "2", "--warmup", "0", "--repeat", "1", "--no-cost", "--no-telemetry", "--deep"]
+    assert main([*args, "--tracker", "tests.plugins.planted_capture:deep_nested", "--out", str(out)]) == 0
+    reports = json.loads((out / "bench.json").read_text())["reports"]
+    ranks = []
+    for report in reports:
+        trace = json.loads(gzip.decompress((out / report["capture"]["trace_file"]).read_bytes()))
+        ranks.append(trace["distributedInfo"]["rank"])
+    assert sorted(ranks) == [0, 1]  # HolisticTraceAnalysis reads the folder as two ranks, not one
+    code = main([*args, "--tracker", "tests.plugins.capture_hostile:fails_when_profiled", "--out",
+                 str(tmp_path / "failing")])
+    assert code == DEEP_FAILED_EXIT  # was 0
+    assert json.loads((tmp_path / "failing" / "bench.json").read_text())["reports"]  # the timed runs are kept
