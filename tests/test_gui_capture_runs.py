@@ -101,3 +101,24 @@ def test_a_capture_hung_under_the_profiler_is_left_behind_and_closing_returns(qt
     assert [t.name for t in window.capture.abandoned] == [CAPTURE_THREAD_NAME]
     assert window.capture.abandoned[0].daemon and window.capture.abandoned[0].is_alive()
     assert "left running" in window.banner.message
+
+
+def test_an_opened_reports_tracker_is_never_captured(qtbot, window, monkeypatch):
+    """A shared report's entry names its tracker (a plugin is code): a capture of it runs the toggles' tracker."""
+    import dataclasses
+
+    from gui.controllers import capture as capture_module
+
+    run_once(qtbot, window, RunConfig(tracker="lk", device="cpu", points_per_batch=2))
+    entry = _entry(window, "lk")
+    entry.source = "shared.json"  # as if opened from a file
+    entry.report = dataclasses.replace(entry.report, config=dataclasses.replace(entry.report.config,
+                                                                                tracker="evil_module:factory"))
+    window.state.select(entry.id)
+    loaded = []
+    real = capture_module.load_tracker
+    monkeypatch.setattr(capture_module, "load_tracker", lambda name: loaded.append(name) or real(name))
+    window.capture._config = lambda: RunConfig(tracker="lk", device="cpu")
+    with qtbot.waitSignal(window.capture.captured, timeout=CAPTURE_TIMEOUT_MS):
+        assert window.capture.start()
+    assert loaded == ["lk"]

@@ -26,7 +26,7 @@ import numpy as np
 
 from engine.capture.attribution import FORWARD_BODY, OUTSIDE_STAGES, STAGE_BODY, forward_body, innermost
 from engine.capture.kernels import classify
-from engine.capture.trace import MAX_TRACE_BYTES, MAX_TRACE_EVENTS, Trace, read_trace
+from engine.capture.trace import MAX_TRACE_BYTES, MAX_TRACE_EVENTS, Trace, collection_paused, read_trace
 
 MAX_ITEMS = 200_000
 CPU_DEPTHS = 3  # CPU op lanes per thread; deeper ops are drawn in the last one
@@ -182,9 +182,11 @@ def load_timeline(path: str | Path, max_items: int = MAX_ITEMS, *, max_bytes: in
     """Read a Chrome trace file (gzipped or not) and build its timeline, bounded (``engine.capture.trace.read_trace``:
     a file past ``max_bytes`` of JSON is refused with a TraceError; past ``max_events`` the rest are left out and
     ``events_left_out`` says how many; ``cancel`` set ends the read with TraceCancelled)."""
-    trace = read_trace(path, max_bytes=max_bytes, max_events=max_events, cancel=cancel)
-    data = TimelineData.from_trace(trace, max_items)
-    data.events_left_out = int(trace.meta.get("events_left_out", 0))
+    with collection_paused():  # the events die here, as numpy arrays take their place: never walked by the collector
+        trace = read_trace(path, max_bytes=max_bytes, max_events=max_events, cancel=cancel)
+        data = TimelineData.from_trace(trace, max_items)
+        data.events_left_out = int(trace.meta.get("events_left_out", 0))
+        del trace
     data.max_events = max_events
     return data
 

@@ -98,7 +98,7 @@ def format_capture(deep: DeepCapture) -> str:
     if s.error:
         return f"deep capture: not available: {s.error}"
     lines = [f"deep capture ({deep.seconds:.1f} s): run {format_ms(s.unprofiled_wall_ms)} unprofiled, "
-             f"{format_ms(s.profiled_wall_ms)} under the profiler (overhead {_ratio(s)}); "
+             f"{format_ms(s.profiled_wall_ms)} under the profiler (overhead {_ratio(s, deep.stopped)}); "
              f"{s.counts.kernels} kernels, {s.counts.launches} launches, {s.counts.syncs} syncs, "
              f"{s.counts.copies} copies; kernels busy {format_ms(s.kernel_ms)}"]
     if deep.stopped:
@@ -132,7 +132,9 @@ def format_capture(deep: DeepCapture) -> str:
     return "\n".join(lines)
 
 
-def _ratio(s: CaptureSummary) -> str:
+def _ratio(s: CaptureSummary, stopped: str | None = None) -> str:
+    if stopped:
+        return "not comparable: the profiled run was stopped early"
     if s.profiled_wall_ms and s.unprofiled_wall_ms:
         return f"{s.profiled_wall_ms / s.unprofiled_wall_ms:.2f}x"
     return "unknown"

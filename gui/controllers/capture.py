@@ -98,10 +98,11 @@ class CaptureController(QObject):
 
     # -- what a capture is of ----------------------------------------------------------------------------
     def _selected_run(self) -> HistoryEntry | None:
-        """The selected history entry when it is a run of the open video (its frames are the ones shown)."""
+        """The selected history entry when it is a run made here of the open video (its frames are the ones shown).
+        An opened report's entry never is: its tracker name comes from a file (a plugin is code)."""
         s = self.state
         entry = s.runs.get(s.selected) if s.selected is not None else None
-        if entry is None or entry.run is None or s.frames is None:
+        if entry is None or entry.run is None or entry.source != "run" or s.frames is None:
             return None
         if entry.video != video_name(s.video_path) or entry.run.num_frames != len(s.frames):
             return None

@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, QThread, Signal
+from PySide6.QtCore import QEvent, Qt, QThread, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QHeaderView,
@@ -50,8 +50,10 @@ from gui.worker import CLOSE_WAIT_MS, GeneratorWorker, WorkerHandle, start_worke
 
 TRACE_THREAD_NAME = "trackscope-trace"
 
-#: width of the stage / module / kernel column: wide enough for 'updater.blocks.3.attn'
+#: the widest the stage / module / kernel column starts: wide enough for 'updater.blocks.3.attn'
 NAME_COLUMN_PX = 230
+#: the narrowest it gets so that the number columns stay in view (names elide in the middle)
+NAME_COLUMN_MIN_PX = 110
 COLUMNS = ("Stage / module / kernel", "Wall ms", "GPU ms", "Count", "Class / notes")
 COL_NAME, COL_WALL, COL_GPU, COL_COUNT, COL_CLASS = range(len(COLUMNS))
 ROLE = Qt.ItemDataRole.UserRole
@@ -159,11 +161,13 @@ class CapturePanel(QWidget):
         self.tree.setAlternatingRowColors(True)
         self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # "(forward body of upd…s.0.attn)"
         header = self.tree.header()
-        header.setStretchLastSection(True)  # the class/notes column takes what is left
+        header.setStretchLastSection(True)  # the class/notes column takes what is left (or scrolls)
         header.setSectionResizeMode(COL_NAME, QHeaderView.ResizeMode.Interactive)
-        self.tree.setColumnWidth(COL_NAME, NAME_COLUMN_PX)  # names first: a narrow tab scrolls the numbers
+        self.tree.setColumnWidth(COL_NAME, NAME_COLUMN_PX)
         for col in (COL_WALL, COL_GPU, COL_COUNT):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        header.sectionResized.connect(self._numbers_resized)
+        self.tree.viewport().installEventFilter(self)  # a narrower tree narrows the names, never hides the numbers
         self.tree.itemClicked.connect(self._on_tree_clicked)
 
         self.timeline = TimelineWidget()
@@ -181,7 +185,7 @@ class CapturePanel(QWidget):
         self.split.addWidget(right)
         self.split.setStretchFactor(0, 2)
         self.split.setStretchFactor(1, 3)
-        self.split.setSizes([560, 940])
+        self.split.setSizes([620, 880])
         self.vsplit = QSplitter(Qt.Orientation.Vertical)
         self.vsplit.addWidget(self.split)
         self.vsplit.addWidget(self.findings_list)
@@ -192,6 +196,24 @@ class CapturePanel(QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(self.summary_label)
         layout.addWidget(self.vsplit, 1)
+
+    # -- the table's columns --------------------------------------------------------------------------
+    def eventFilter(self, watched: Any, event: Any) -> bool:  # noqa: N802
+        if watched is self.tree.viewport() and event.type() == QEvent.Type.Resize:
+            self.fit_columns()
+        return super().eventFilter(watched, event)
+
+    def _numbers_resized(self, index: int, _old: int, _new: int) -> None:
+        if index in (COL_WALL, COL_GPU, COL_COUNT):
+            self.fit_columns()
+
+    def fit_columns(self) -> None:
+        """The name column as wide as leaves the number columns in view (NAME_COLUMN_MIN_PX to NAME_COLUMN_PX)."""
+        numbers = sum(self.tree.columnWidth(c) for c in (COL_WALL, COL_GPU, COL_COUNT))
+        room = self.tree.viewport().width() - numbers
+        width = max(NAME_COLUMN_MIN_PX, min(NAME_COLUMN_PX, room))
+        if width != self.tree.columnWidth(COL_NAME):
+            self.tree.setColumnWidth(COL_NAME, width)
 
     # -- input ------------------------------------------------------------------------------------
     def set_report(self, report: Report, report_path: Path) -> None:
@@ -338,6 +360,7 @@ class CapturePanel(QWidget):
                     mod.addChild(_item((short_kernel_name(k.name), "", _ms(k.total_ms), str(k.count), label),
                                        {"kind": "kernel", "stage": st.stage, "module": c.module, "name": k.name}))
         self.tree.expandToDepth(0 if self.tree.topLevelItemCount() + len(s.cells) > EXPAND_ALL_ROWS else 1)
+        self.fit_columns()
 
     def find_row(self, stage: str | None, module: str | None) -> QTreeWidgetItem | None:
         """The table row of (stage, module), else of the stage, else a module row of that name anywhere."""

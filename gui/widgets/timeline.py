@@ -4,8 +4,11 @@ Each lane is ONE graphics item that paints all its rectangles (grouped by colour
 group; a cached QPicture for lanes up to ``DIRECT_MAX`` items, a per-pixel level of detail for bigger
 ones), never one item per kernel; the highlight of a selection is one more such item. Rectangles get
 a 1 px cosmetic outline, so a kernel narrower than a pixel still shows. Host syncs are red ticks and
-memcpys coloured ticks (DtoH orange, HtoD blue, DtoD brown) in two marker rows at the top. The y
-range is fixed; the wheel and a drag zoom and pan the time axis only. Hover shows the item under the
+memcpys coloured ticks (DtoH orange, HtoD blue, DtoD brown) in two marker rows at the top. Stages
+have the colours the live charts give them (``gui.widgets.stage_colours``). The y range is fixed;
+the wheel and a drag zoom and pan the time axis only. The time axis labels one level of ticks, as
+many as fit their widest label (``TimeAxis``); the lane names' font shrinks to the row height, so
+every lane keeps its name (pyqtgraph drops a label that would leave the axis). Hover shows the item under the
 cursor in the line below the plot (plain text: names come from a file); a click emits
 ``itemClicked`` with it.
 """
@@ -18,10 +21,11 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QPainter, QPen, QPicture
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPen, QPicture
 from PySide6.QtWidgets import QGridLayout, QSizePolicy, QVBoxLayout, QWidget
 
 from engine.api import TimelineData
+from gui.widgets.stage_colours import stage_colour
 from gui.widgets.text import plain_label
 
 ROW_FILL = 0.8  # share of a row's height its bars fill
@@ -33,7 +37,16 @@ LABEL_MIN_PX = 28  # a range this wide on screen gets its name painted in it
 MAX_LABELLED = 2000  # lanes with more items than this paint no names
 LEGEND_COLUMNS = 5
 DIRECT_MAX = 4000  # lanes up to this many items replay a QPicture; bigger ones draw with a level of detail
-STAGE_COLOURS = ("#9ccc65", "#4fc3f7", "#ffb74d", "#ba68c8", "#4db6ac", "#f06292", "#a1887f", "#dce775")
+#: pixels kept free between two time labels
+TICK_GAP_PX = 18
+#: the lane names' font never gets smaller than this, px (rows shorter than it are rare: 40 lanes in 300 px)
+LANE_FONT_MIN_PX = 7
+#: share of a row's height the lane name's font may take
+LANE_FONT_FILL = 0.85
+#: pixels a lane name keeps free inside the name axis
+LANE_NAME_MARGIN_PX = 6
+#: the plot's height beside its rows (time axis and margins), px: with it, rows never get below the minimum font
+PLOT_MARGIN_PX = 60
 MODULE_COLOURS = ("#b39ddb", "#9fa8da", "#90caf9", "#80deea", "#a5d6a7", "#e6ee9c")
 #: colour by class; a kernel class is looked up by its words (kind, tc/simt, precision)
 CLASS_COLOURS = {
@@ -71,6 +84,50 @@ def module_tail(path: str) -> str:
     if len(parts) > 1 and parts[-1].isdigit():
         return ".".join(parts[-2:])
     return parts[-1]
+
+
+def nice_step(raw: float) -> float:
+    """The smallest 1, 2 or 5 x 10^k at least ``raw``."""
+    if raw <= 0 or not math.isfinite(raw):
+        return 1.0
+    exp = 10 ** math.floor(math.log10(raw))
+    for m in (1, 2, 5, 10):
+        if m * exp >= raw * (1 - 1e-9):
+            return m * exp
+    return 10 * exp
+
+
+class TimeAxis(pg.AxisItem):
+    """The time axis: one labelled level of ticks, as many as fit their widest label (a narrow timeline at
+    1366x768 ran pyqtgraph's two levels together: "200400600800"); one tick in the middle when two do not fit."""
+
+    def label_px(self, value: float, spacing: float) -> float:
+        """The width of the label of ``value`` at ``spacing``, px."""
+        font = self.style.get("tickFont") or QFont()
+        text = self.tickStrings([value], self.autoSIPrefixScale * self.scale, spacing)[0]
+        return QFontMetricsF(font).horizontalAdvance(text)
+
+    def tickValues(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, list[float]]]:  # noqa: N802,N803
+        lo, hi = min(minVal, maxVal), max(minVal, maxVal)
+        span = hi - lo
+        if span <= 0 or size <= 0 or not math.isfinite(span):
+            return super().tickValues(minVal, maxVal, size)
+        widest = max(abs(lo), abs(hi))
+        spacing = nice_step(span / max(1.0, size / 60))
+        fits = 1.0
+        for _ in range(8):  # a wider step can need fewer decimals, a narrower one more: settle
+            fits = size / (self.label_px(widest, spacing) + TICK_GAP_PX)
+            wanted = nice_step(span / max(1.0, fits))
+            if wanted == spacing:
+                break
+            spacing = wanted
+        first = math.ceil(lo / spacing) * spacing
+        values = [first + k * spacing for k in range(int((hi - first) / spacing * (1 + 1e-9)) + 1)]
+        inside = [v for v in values if lo + 0.1 * span < v < hi - 0.1 * span]
+        if len(values) < 3 and not inside:  # only the ends, whose labels leave the axis: one in the middle
+            step = nice_step(span / 4)
+            return [(step, [round((lo + hi) / 2 / step) * step])]
+        return [(spacing, values)]
 
 
 class RectsItem(pg.GraphicsObject):
@@ -197,7 +254,7 @@ class TimelineWidget(QWidget):
         self._items: list[pg.GraphicsObject] = []
         self._highlight: RectsItem | None = None
 
-        self.plot = pg.PlotWidget(background="w")
+        self.plot = pg.PlotWidget(background="w", axisItems={"bottom": TimeAxis("bottom")})
         self.plot.setMenuEnabled(False)
         self.plot.hideButtons()
         self.vb: pg.ViewBox = self.plot.getPlotItem().getViewBox()
@@ -214,6 +271,7 @@ class TimelineWidget(QWidget):
         self.left.setTextPen(pg.mkPen("#222"))
         item.getAxis("bottom").setTextPen(pg.mkPen("#222"))
         item.showGrid(x=True, y=False, alpha=0.15)
+        self.vb.sigResized.connect(self._fit_lane_font)
 
         self.info = plain_label("")
         self.info.setTextFormat(Qt.TextFormat.PlainText)
@@ -260,7 +318,6 @@ class TimelineWidget(QWidget):
             self._rows.append(("marker", "copies"))
         self._rows += [("lane", i) for i in range(len(data.lanes))]
         colours = [class_colour(c) for c in data.classes]
-        stage_colours = [QColor(c) for c in STAGE_COLOURS]
         pad = (1 - ROW_FILL) / 2
         for row, (kind, ref) in enumerate(self._rows):
             if kind == "marker":
@@ -268,9 +325,10 @@ class TimelineWidget(QWidget):
                 continue
             lane = data.lanes[ref]
             y0 = np.full(len(lane), row + pad)
-            if lane.kind == "stage":  # stages by name, modules by depth, the rest by class
+            if lane.kind == "stage":  # stages by name (the live charts' colours), modules by depth, the rest by class
                 rank = {v: k for k, v in enumerate(dict.fromkeys(lane.label.tolist()))}
-                keys = np.array([rank[v] % len(stage_colours) for v in lane.label.tolist()], np.int64)
+                keys = np.array([rank[v] for v in lane.label.tolist()], np.int64)
+                stage_colours = [QColor(*stage_colour(data.names[int(v)])) for v in rank]
                 item = RectsItem(lane.start_ms, lane.dur_ms, y0, ROW_FILL, keys, stage_colours, QColor("#555"),
                                  [data.names[int(v)] for v in lane.label])
             elif lane.kind == "module":
@@ -283,7 +341,8 @@ class TimelineWidget(QWidget):
                 item = RectsItem(lane.start_ms, lane.dur_ms, y0, ROW_FILL, lane.cls.astype(np.int64), colours)
             self.plot.addItem(item)
             self._items.append(item)
-        self.left.setTicks([[(row + 0.5, self._row_name(row)) for row in range(len(self._rows))]])
+        self.plot.setMinimumHeight(PLOT_MARGIN_PX + math.ceil(len(self._rows) * LANE_FONT_MIN_PX / LANE_FONT_FILL))
+        self._fit_lane_font()
         rows = max(1, len(self._rows))
         span = max(data.window_ms, 1e-3)
         self.vb.setLimits(xMin=-0.02 * span, xMax=1.02 * span, minXRange=1e-4, yMin=0, yMax=rows)
@@ -294,6 +353,22 @@ class TimelineWidget(QWidget):
         self._set_legend(present)
         dropped = f"; {data.dropped:,} shortest items not drawn (limit {data.max_items:,})" if data.dropped else ""
         self.info.setText(f"{data.items:,} items in {len(data.lanes)} lanes, {data.window_ms:.2f} ms{dropped}")
+
+    def _fit_lane_font(self, *_args: Any) -> None:
+        """Lane names that fit: a font no taller than a row, each name elided (in the middle) to the axis width.
+        pyqtgraph drops a name that would leave the axis: a long one ('CPU ops 0 (thread 1234567)') vanished."""
+        rows = max(1, len(self._rows))
+        row_px = self.vb.height() / rows if self.vb.height() > 0 else 0.0
+        font = QFont()
+        if row_px > 0:
+            default_px = QFontMetricsF(font).height()
+            px = max(LANE_FONT_MIN_PX, min(default_px, row_px * LANE_FONT_FILL))
+            font.setPixelSize(max(1, int(px)))
+        self.left.setStyle(tickFont=font)
+        room = LEFT_AXIS_PX - self.left.style["tickTextOffset"][0] - LANE_NAME_MARGIN_PX
+        metrics = QFontMetricsF(font)
+        self.left.setTicks([[(row + 0.5, metrics.elidedText(self._row_name(row), Qt.TextElideMode.ElideMiddle, room))
+                             for row in range(len(self._rows))]])
 
     def _add_markers(self, row: int, marks: Any, colours: list[QColor]) -> None:
         brushes = [pg.mkBrush(colours[int(c)]) for c in marks.cls]

@@ -5,7 +5,7 @@
 | uses_profiler  | runs its work under its own ``torch.profiler.profile`` (a second profiler session)  |
 | fails_when_profiled | tracks, but raises RuntimeError when run under a profiler (the capture's own run fails) |
 | hangs_when_profiled | under a profiler waits on ``misbehaving.RELEASE`` (a hang that can't be abandoned) |
-| interrupts_itself | ``MANY_OPS`` tiny ops, sending itself SIGINT (a Ctrl-C) at op ``INTERRUPT_AT_OP``  |
+| interrupts_itself | ``MANY_OPS`` tiny ops; under a profiler it sends itself SIGINT at op ``INTERRUPT_AT_OP`` |
 
 Both are ``nn.Module`` plugins ``(frames uint8 [T, H, W, 3], queries [N, 3]) -> (tracks [N, T, 2], visible [N, T])``
 whose points stay where they were queried.
@@ -16,14 +16,17 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 
 import torch
 from torch import nn
 
 #: tiny ops per call of many_ops (a test may set it, or TRACKSCOPE_TEST_MANY_OPS for a subprocess)
 MANY_OPS = int(os.environ.get("TRACKSCOPE_TEST_MANY_OPS", "20000"))
-#: interrupts_itself sends itself SIGINT at this op of each call
+#: interrupts_itself sends itself SIGINT at this op of a profiled call
 INTERRUPT_AT_OP = 100
+#: when it did (time.monotonic), for a measurement
+INTERRUPTED_AT: list[float] = []
 
 
 def _still(frames: torch.Tensor, queries: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,9 +53,11 @@ class _UsesProfiler(nn.Module):
 
 class _InterruptsItself(nn.Module):
     def forward(self, frames: torch.Tensor, queries: torch.Tensor):
+        profiled = torch.autograd.profiler._is_profiler_enabled
         x = torch.zeros(4)
         for i in range(MANY_OPS):
-            if i == INTERRUPT_AT_OP:
+            if profiled and i == INTERRUPT_AT_OP:
+                INTERRUPTED_AT.append(time.monotonic())
                 signal.raise_signal(signal.SIGINT)
             x = x + 1.0
         return _still(frames, queries)
