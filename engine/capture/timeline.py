@@ -186,9 +186,23 @@ def load_timeline(path: str | Path, max_items: int = MAX_ITEMS, *, max_bytes: in
         trace = read_trace(path, max_bytes=max_bytes, max_events=max_events, cancel=cancel)
         data = TimelineData.from_trace(trace, max_items)
         data.events_left_out = int(trace.meta.get("events_left_out", 0))
+        _release(trace)
         del trace
     data.max_events = max_events
     return data
+
+
+#: events freed per step when a parsed trace goes (one ``del`` of 500k events held the GIL ~100 ms)
+RELEASE_CHUNK = 20_000
+
+
+def _release(trace: Trace) -> None:
+    """Free a trace's events a chunk at a time, so another thread (the app's window) gets the GIL in between."""
+    for name in ("cpu_ops", "runtime", "kernels", "copies", "stages", "modules", "runs", "python", "annotations",
+                 "memory"):
+        items = getattr(trace, name, None)
+        while items:
+            del items[-RELEASE_CHUNK:]
 
 
 # -- building -------------------------------------------------------------------------------------------
@@ -259,7 +273,10 @@ class _Builder:
 
     def lane(self, name: str, kind: str, rows: list[tuple[float, float, int, int, int, int]]) -> Lane:
         rows.sort(key=lambda r: (r[0], -r[1]))
-        a = np.array(rows, dtype=np.float64).reshape(-1, 6)
+        # converted a chunk at a time: one np.array over 500k tuples held the GIL ~100 ms (the window stalled)
+        chunks = [np.array(rows[i:i + RELEASE_CHUNK], dtype=np.float64).reshape(-1, 6)
+                  for i in range(0, len(rows), RELEASE_CHUNK)]
+        a = np.concatenate(chunks) if chunks else np.zeros((0, 6))
         return Lane(name, kind, (a[:, 0] - self.t0) / 1e3, a[:, 1] / 1e3, a[:, 2].astype(np.int32),
                     a[:, 3].astype(np.int16), a[:, 4].astype(np.int32), a[:, 5].astype(np.int32))
 

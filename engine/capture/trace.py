@@ -40,9 +40,11 @@ RUN_RANGE = "trackscope.run"
 #: in an exported trace, the thread a range moved onto its own track ran on (``args``; see engine.capture.export)
 SOURCE_TID_ARG = "trackscope.tid"
 #: the most JSON a trace file may hold (inflated, when gzipped): past it the file is refused unread (a 1 MB gzip
-#: can inflate to 1 GiB); 320 MiB is about 2M profiler events, so the event cap below is what a long capture
-#: meets (a 1.5M-event, 254 MiB trace reads its first 500k events in about 0.7 GB of memory)
-MAX_TRACE_BYTES = 320 * 2**20
+#: can inflate to 1 GiB). The JSON parser needs the text as one string, and making it holds the GIL: 110 ms for
+#: a 254 MiB trace (1.5M events) on the 2-core machine, a stall of the app's window past its 100 ms bound; at
+#: 192 MiB (about 1.1M events) it is ~80 ms. trackscope's own captures stop at 30,000 ops (a few MiB); a larger
+#: file is refused with the pointer to Perfetto, which streams it
+MAX_TRACE_BYTES = 192 * 2**20
 #: the most events a trace file is read into; past it the rest are counted, not kept
 MAX_TRACE_EVENTS = 500_000
 #: bytes read from a trace file (or its gzip stream) at a time
