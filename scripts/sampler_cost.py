@@ -71,10 +71,20 @@ def overhead(repeat: int) -> None:
     args = argparse.Namespace(video=None, queries=None, grid=None, points=256)
     data = load_input(args)
     config = RunConfig(tracker="corrtrack", device="cuda", precision="bf16", points_per_batch=256)
+    def no_psutil(s: Any) -> Any:
+        s._cpu = None
+        return s
+
+    def no_nvml(s: Any) -> Any:
+        s._reader.read = lambda now, out: None
+        return s
+
     variants: list[tuple[str, Any]] = [
         ("as it is (10 Hz)", lambda s: s),
-        ("GPM off", lambda s: setattr(s._reader, "_gpm_ids", []) or s),
-        ("2 Hz", lambda s: setattr(s, "rate_hz", 2.0) or s),
+        ("NVML only (no psutil)", no_psutil),
+        ("psutil only (no NVML)", no_nvml),
+        ("idle thread (neither)", lambda s: no_nvml(no_psutil(s))),
+        ("as it is again", lambda s: s),
     ]
     print(f"\nsession slowdown, CorrTrack bf16 256 points, {repeat} runs each way per set (3 sets, median)")
     for label, change in variants:
@@ -92,8 +102,10 @@ def overhead(repeat: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--overhead-only", action="store_true", help="skip the per-call NVML timing")
     args = parser.parse_args()
-    nvml_calls()
+    if not args.overhead_only:
+        nvml_calls()
     overhead(args.repeat)
 
 
