@@ -111,6 +111,28 @@ def wait_run(window, gui_cpu: list | None = None) -> float:
     return float(result["ms"])
 
 
+def sample_window(config, points: int, size: tuple[int, int], ini: str):
+    """(app, a shown MainWindow on the bundled sample with a grid of ``points`` queries, the sample's path)."""
+    from engine.api import grid_queries
+    from gui.app import sample_video_path
+    from gui.main_window import MainWindow
+    from gui.settings import Settings
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    settings = Settings(QSettings(str(Path(os.environ.get("TMPDIR", "/tmp")) / ini), QSettings.Format.IniFormat))
+    window = MainWindow(settings=settings, config=config)
+    window.resize(*size)
+    window.show()
+    sample = sample_video_path()
+    if sample is None:
+        raise SystemExit("resources/sample.mp4 is missing")
+    window.open_video(sample)
+    h, w = window.frames.shape[1:3]
+    k = int(np.ceil(np.sqrt(points)))
+    window.set_queries(grid_queries(k, w, h)[:points])
+    return app, window, sample
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=1000)
@@ -122,25 +144,11 @@ def main() -> int:
     parser.add_argument("--device", default="cpu", help="device of the runs (cpu, cuda, auto)")
     args = parser.parse_args()
 
-    from engine.api import RunConfig, grid_queries
-    from gui.app import sample_video_path
-    from gui.main_window import MainWindow
-    from gui.settings import Settings
+    from engine.api import RunConfig
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    settings = Settings(QSettings(str(Path(os.environ.get("TMPDIR", "/tmp")) / "gui_bench.ini"),
-                                  QSettings.Format.IniFormat))
     config = RunConfig(tracker=args.tracker, device=args.device, points_per_batch=args.points_per_batch)
-    window = MainWindow(settings=settings, config=config)
-    window.resize(1500, 900)
-    window.show()
-    sample = sample_video_path()
-    if sample is None:
-        raise SystemExit("resources/sample.mp4 is missing")
-    window.open_video(sample)
+    app, window, sample = sample_window(config, args.points, (1500, 900), "gui_bench.ini")
     h, w = window.frames.shape[1:3]
-    k = int(np.ceil(np.sqrt(args.points)))
-    window.set_queries(grid_queries(k, w, h)[: args.points])
     window.view.trail = args.trail
     window.charts_dock.setVisible(True)  # the dock's state is restored from the settings file otherwise
     wait_run(window)  # warm-up (fills the tracks so every frame has 1,000 points and trails)

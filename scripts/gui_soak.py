@@ -21,10 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
-from PySide6.QtCore import QSettings  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from scripts.gui_bench import Heartbeat, wait_run  # noqa: E402
+from scripts.gui_bench import Heartbeat, sample_window, wait_run  # noqa: E402
 
 STALL_MS = 100.0  # the app's target: no event-loop stall over this, ever
 WARM_RUNS = 20
@@ -38,24 +36,10 @@ def main() -> int:
     parser.add_argument("--tracker", default="lk")
     args = parser.parse_args()
 
-    from engine.api import RunConfig, grid_queries
-    from gui.app import sample_video_path
-    from gui.main_window import MainWindow
-    from gui.settings import Settings
+    from engine.api import RunConfig
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    settings = Settings(QSettings(str(Path(os.environ.get("TMPDIR", "/tmp")) / "gui_soak.ini"),
-                                  QSettings.Format.IniFormat))
-    window = MainWindow(settings=settings, config=RunConfig(tracker=args.tracker, device="cpu"))
-    window.resize(1366, 768)
-    window.show()
-    sample = sample_video_path()
-    if sample is None:
-        raise SystemExit("resources/sample.mp4 is missing")
-    window.open_video(sample)
-    h, w = window.frames.shape[1:3]
-    k = int(np.ceil(np.sqrt(args.points)))
-    window.set_queries(grid_queries(k, w, h)[: args.points])
+    app, window, _ = sample_window(RunConfig(tracker=args.tracker, device="cpu"), args.points, (1366, 768),
+                                   "gui_soak.ini")
     process = psutil.Process()
     worst: list[float] = []
     rss: list[float] = []
