@@ -155,6 +155,23 @@ def test_cpu_ops_in_a_gpu_run():
     assert "cpu_ops_in_gpu_run" not in rules and "cpu_ops_in_gpu_run_share" in rules["cpu_round_trip"]["evidence"]
 
 
+def test_cpu_ops_at_stake_is_the_gpu_wait_they_overlap():
+    """With the idle breakdown recorded, what CPU ops cost a GPU run is the GPU's wait on the host meanwhile (all
+    of them when it waited longer; the same ops on the GPU take microseconds), not a fixed half."""
+    import dataclasses
+
+    from engine.capture.evidence import IdleBreakdown
+
+    host = HostFacts(cpu_only_ops=7, cpu_only_ms=4.0, cpu_only_names=("aten::cos",), cpu_only_site=SITE)
+    base = planted(clean_gpu(), host=host)
+    waited = dataclasses.replace(base, evidence=dataclasses.replace(
+        base.evidence, idle=IdleBreakdown(host_wait_ms=3.0, sync_ms=2.0)))
+    assert by_rule(findings(waited))["cpu_ops_in_gpu_run"]["evidence"]["share"] == 0.2  # 4 of 20 ms: all of it
+    little = dataclasses.replace(base, evidence=dataclasses.replace(base.evidence,
+                                                                    idle=IdleBreakdown(host_wait_ms=1.0)))
+    assert by_rule(findings(little))["cpu_ops_in_gpu_run"]["evidence"]["share"] == 0.05  # the 1 ms the GPU waited
+
+
 def test_thread_oversubscription_on_a_cpu_run():
     s = planted(clean_cpu(), host=HostFacts(num_threads=32, interop_threads=32, cores=4))
     top = findings(s)[0]

@@ -224,10 +224,14 @@ def host_bound(s: CaptureSummary, ctx: Context) -> list[Finding]:
 
 def cpu_ops_in_gpu_run(s: CaptureSummary, ctx: Context) -> list[Finding]:
     """torch ops that ran on the CPU in a GPU run (tensors left on the host)."""
-    h = s.evidence.host
+    h, idle = s.evidence.host, s.evidence.idle
     if not s.has_gpu or not h.cpu_only_ops or not s.wall_ms:
         return []
-    share = share_of(s, FIX_GAIN * h.cpu_only_ms)
+    # on the GPU the same ops take microseconds: what they cost is the time the GPU waited on the host meanwhile
+    # (its host-wait and after-sync idle), else, with no idle recorded, a conservative FIX_GAIN of their time
+    waited = idle.host_wait_ms + idle.sync_ms
+    at_stake = min(h.cpu_only_ms, waited) if waited else FIX_GAIN * h.cpu_only_ms
+    share = share_of(s, at_stake)
     if share < REPORT_SHARE:
         return []
     names = ", ".join(h.cpu_only_names[:3])
