@@ -234,8 +234,7 @@ def test_cpu_capture_of_a_planted_plugin_names_its_functions() -> None:
     assert result.ok, result.error
     summary = summarize(result)
     user = [r for r in summary.evidence.functions if r.layer == USER]
-    assert any(r.site.endswith("planted_capture.py:" + r.site.split(":")[-1]) and "PerPoint" not in r.function
-               for r in user)
-    assert all("engine/" not in r.site for r in user)
+    assert any("planted_capture.py:" in r.site for r in user)  # the plugin's own functions are rows
+    assert all("engine/" not in r.site for r in user)  # trackscope's frames never pass as the user's
     own = {r.stage for r in summary.evidence.functions if r.layer == TRACKSCOPE}
     assert "upload" in own

@@ -102,10 +102,6 @@ def _top(values: dict[str, float], n: int) -> tuple[str, ...]:
     return tuple(k for k, _ in sorted(values.items(), key=lambda kv: -kv[1])[:n])
 
 
-def _user_first(site: Site) -> tuple[str | None, str]:
-    return site.label, site.layer
-
-
 @dataclass
 class _Context:
     """What every pass reads: the trace, its attribution, op nesting per thread, calls by correlation."""
@@ -709,9 +705,8 @@ def gather(trace: Trace, att: Attribution, *, precision: str, settings: dict[str
     settings = dict(settings or {})
     ctx = _Context.build(trace, att)
     functions, below_forward_us = gather_functions(ctx, opaque)
+    # dynamo's process-wide break reasons go into CompileFacts.reasons (when this run entered compiled code), not here
     kept = {k: v for k, v in settings.items() if not k.startswith("dynamo_total.graph_break.")}
-    kept.update({k: v for k, v in settings.items() if k.startswith("dynamo_total.graph_break.")} if
-                len(settings) < 200 else {})
     evidence = Evidence(gather_syncs(ctx), gather_copies(ctx), gather_kernel_groups(ctx, precision),
                         gather_gemm_shapes(ctx, precision), functions, gather_memory(ctx, settings),
                         gather_compile(ctx, settings), gather_host(ctx, settings), gather_idle(ctx), kept)

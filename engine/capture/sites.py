@@ -162,7 +162,6 @@ class Site:
     frame: int = -1  # index of that frame in the thread's frame list
     via: str | None = None  # the innermost Python builtin (".item", ".cpu", "synchronize")
     outermost_user: bool = False  # the frame is the outermost user frame of the stack (the tracker's entry)
-    library_funcs: tuple[str, ...] = ()  # library functions between the event and that frame, innermost first
 
 
 NO_SITE = Site(UNKNOWN)
@@ -216,7 +215,6 @@ class ThreadStacks:
         if cached is not None:
             return cached
         via = None
-        libs: list[str] = []
         j, depth = i, 0
         found: Site | None = None
         while j >= 0 and depth < MAX_DEPTH:
@@ -226,13 +224,11 @@ class ThreadStacks:
             if layer != LIBRARY and site is not None:
                 label = f"{short_path(site[0])}:{site[1]} {site[2]}"
                 function = f"{site[2]} ({short_path(site[0])}:{site[1]})"
-                found = Site(layer, label, function, j, via, self._outermost_user(j), tuple(libs[:4]))
+                found = Site(layer, label, function, j, via, self._outermost_user(j))
                 break
-            if site is not None:
-                libs.append(site[2])
             j = self.parents[j]
             depth += 1
-        result = found or Site(UNKNOWN, via=via, library_funcs=tuple(libs[:4]))
+        result = found or Site(UNKNOWN, via=via)
         self._cache[i] = result
         return result
 
@@ -256,18 +252,6 @@ class ThreadStacks:
         while j >= 0 and depth < MAX_DEPTH:
             site = frame_site(self.frames[j])
             out.append(site[2] if site else (builtin_name(self.frames[j]) or self.frames[j].name))
-            j = self.parents[j]
-            depth += 1
-        return out
-
-    def files_above(self, i: int) -> list[str]:
-        """Source files of frame ``i`` and its ancestors, innermost first."""
-        out: list[str] = []
-        j, depth = i, 0
-        while j >= 0 and depth < MAX_DEPTH:
-            site = frame_site(self.frames[j])
-            if site:
-                out.append(site[0])
             j = self.parents[j]
             depth += 1
         return out

@@ -83,18 +83,6 @@ class DirectCaller:
         return DirectReference(samples_ms=tuple(self.samples), warmup=self.warmup, what=self.what)
 
 
-def time_direct(tracker: Tracker, frames: np.ndarray, frame_queries: np.ndarray, *, precision: str,
-                points_per_batch: int, frames_per_batch: int, device: torch.device, warmup: int,
-                repeat: int) -> DirectReference:
-    """``warmup`` untimed then ``direct_runs(repeat)`` timed calls of ``tracker`` alone on ``frames`` (uint8
-    [T, H, W, 3]) and ``frame_queries`` (float32 [N, 3], frame pixels); their wall ms."""
-    caller = DirectCaller(tracker, frames, frame_queries, precision=precision, points_per_batch=points_per_batch,
-                          frames_per_batch=frames_per_batch, device=device)
-    caller.call(warmup, timed=False)
-    caller.call(direct_runs(repeat))
-    return caller.reference()
-
-
 def block_sizes(total: int, blocks: int = DIRECT_BLOCKS) -> list[int]:
     """``total`` runs split into at most ``blocks`` blocks as even as they go (10, 3 -> [4, 3, 3])."""
     blocks = max(1, min(blocks, total))
