@@ -114,7 +114,8 @@ def test_overhead_alternates_sets_and_takes_the_median_set_ratio(monkeypatch):
                       {"name": "square", "num_frames": FRAMES, "width": SIZE, "height": SIZE}, None, "test")
     bench = Bench(data, "lk", "cpu", telemetry=False, cost=False)
     flags: list[bool] = []
-    plain_ms = iter([100.0] * 4 + [150.0] * 4 + [100.0] * 4)  # set 2's plain runs in a slow stretch
+    plain_ms = iter([100.0] * 5 + [150.0] * 5 + [100.0] * 5)  # set 2's plain runs in a slow stretch
+    monkeypatch.setattr("engine.workflows.bench.time.sleep", lambda s: flags.append("pause"))
 
     def session(config, timing=None):
         flags.append(bool(timing))
@@ -123,7 +124,8 @@ def test_overhead_alternates_sets_and_takes_the_median_set_ratio(monkeypatch):
 
     monkeypatch.setattr(bench, "_session", session)
     overhead = bench.overhead(RunConfig(tracker="lk", device="cpu"), warmup=1, repeat=4)
-    assert flags == [True] + ([True] * 4 + [False] * 4) * 3  # warm-up, then on/off blocks per set
+    on, off = ["pause"] + [True] * 5, ["pause"] + [False] * 5  # every block: the pause, one untimed run, 4 timed
+    assert flags == [True] + on + off + off + on + on + off  # warm-up; the sets alternate which kind goes first
     assert overhead["set_ratios"] == pytest.approx([1.03, 103 / 150, 1.03])
     assert overhead["ratio"] == pytest.approx(1.03)
 

@@ -69,7 +69,8 @@ def test_direct_runs_stay_between_three_and_ten():
 
 
 def test_session_runs_and_direct_calls_alternate_in_blocks(monkeypatch):
-    """The bench interleaves its session runs and the direct calls (a drift of the machine moves both alike)."""
+    """The bench interleaves its session runs and the direct calls (a drift of the machine moves both alike), and
+    enters both kinds of block alike: a pause, then one untimed call (a pause before one side only is a bias)."""
     from engine.workflows import bench as bench_mod
     from engine.workflows import direct as direct_mod
 
@@ -88,11 +89,14 @@ def test_session_runs_and_direct_calls_alternate_in_blocks(monkeypatch):
 
     monkeypatch.setattr(bench_mod.Bench, "_session", session)
     monkeypatch.setattr(direct_mod.DirectCaller, "call", call)
+    monkeypatch.setattr(bench_mod.time, "sleep", lambda s: order.append("|"))
     bench = _bench("lk")
     bench.sweep(["fp32"], [2], [16], warmup=1, repeat=6)
     bench.close()
-    # warm-up session, 2 timed, the caller's warm-up call, 2 direct, 2 timed, 2 direct, 2 timed, 2 direct
-    assert "".join(order).startswith("s" + "ss" + "w" + "d2" + "ss" + "d2" + "ss" + "d2")
+    # warm-up session, 2 timed, the caller's warm-up call; then each block after a pause ("|") and one untimed call
+    direct_block, session_block = "|" + "w" + "d2", "|" + "s" + "ss"
+    assert "".join(order).startswith("s" + "ss" + "w" + direct_block + session_block + direct_block + session_block
+                                     + direct_block)
 
 
 @pytest.mark.parametrize("tracker, what", [("lk", PREPARE_AND_TRACK),

@@ -239,6 +239,12 @@ class Bench:
 
         direct_blocks = block_sizes(direct_runs(repeat)) if self.direct else []
         for i, runs in enumerate(block_sizes(repeat)):
+            if i > 0 and caller is not None:  # after a direct block: entered as it was (Bench._direct_block)
+                time.sleep(SAMPLER_SETTLE_S)
+                last = session_run(keep=False)
+                if isinstance(last, Failed):
+                    row.note = f"failed ({last.kind}): {last.message}"
+                    return row
             for _ in range(runs):
                 last = session_run(keep=True)
                 if isinstance(last, Failed):
@@ -306,11 +312,20 @@ class Bench:
         return caller if self._direct_block(caller, warmup, row, timed=False) else None
 
     def _direct_block(self, caller: Any, times: int, row: Row, timed: bool = True) -> bool:
-        """``times`` direct calls with the sampler stopped (and restarted after, settled); False on a failure."""
+        """``times`` direct calls with the sampler stopped (and restarted after); False on a failure.
+
+        Direct and session blocks are entered alike: a ``SAMPLER_SETTLE_S`` pause, then one untimed call (the
+        session block after this one: the pause, in which the restarted sampler takes its first sample, and one
+        untimed session run; ``run_config``). A pause before one side only is a bias of its own (the blocks
+        after a sleep start with clocks and caches cold): docs/records/session18/overhead_protocol.log.
+        """
         sampler = self.sampler if self.sampler is not None and self.sampler.running else None
         if sampler is not None:
             sampler.stop()
         try:
+            if timed:
+                time.sleep(SAMPLER_SETTLE_S)
+                caller.call(1, timed=False)
             caller.call(times, timed=timed)
             return True
         except (Exception, SystemExit) as exc:
@@ -319,7 +334,6 @@ class Bench:
         finally:
             if sampler is not None:
                 sampler.start()
-                time.sleep(SAMPLER_SETTLE_S)  # its first, heaviest sample outside the next session run
 
     def _capture(self, config: RunConfig, report: Report) -> dict[str, Any]:
         """The deep-capture pass of one configuration (after its timed runs); its summary for the report."""
@@ -381,11 +395,14 @@ class Bench:
 
         Instrumented blocks run with the sampler running throughout, as it does in the app, and timing on;
         plain blocks with both off. (Starting the sampler around every run would put its first, heaviest
-        sample inside each short run: that is sampling at the run rate, not at the sampler's rate.)
+        sample inside each short run: that is sampling at the run rate, not at the sampler's rate.) Both kinds
+        of block are entered the same way (``_settled``): the pause that lets a started sampler take its first
+        sample precedes every block, and every block's first run is untimed, so the pause's cost (clocks and
+        caches gone cold while the host sleeps) lands on neither side. Sets alternate which kind goes first.
         """
         for _ in range(warmup):
             self._checked(self._session(config, timing=True).run())
-        sets = [self._overhead_set(config, repeat) for _ in range(OVERHEAD_SETS)]
+        sets = [self._overhead_set(config, repeat, on_first=i % 2 == 0) for i in range(OVERHEAD_SETS)]
         set_ratios = [statistics.median(on) / statistics.median(off) for on, off in sets]
         on_all = [ms for on, _ in sets for ms in on]
         off_all = [ms for _, off in sets for ms in off]
@@ -393,25 +410,35 @@ class Bench:
                 "ratio": statistics.median(set_ratios), "set_ratios": set_ratios, "sets": OVERHEAD_SETS,
                 "runs_each": float(repeat), "target_ratio": OVERHEAD_TARGET}
 
-    def _overhead_set(self, config: RunConfig, repeat: int) -> tuple[list[float], list[float]]:
-        """(instrumented wall ms, plain wall ms): ``repeat`` runs each, alternating blocks, instrumented first."""
+    def _overhead_set(self, config: RunConfig, repeat: int, on_first: bool = True) -> tuple[list[float], list[float]]:
+        """(instrumented wall ms, plain wall ms): ``repeat`` timed runs each, in alternating blocks."""
         on_ms: list[float] = []
         off_ms: list[float] = []
         block = 0
         while len(on_ms) < repeat or len(off_ms) < repeat:
-            instrumented = block % 2 == 0
+            instrumented = (block % 2 == 0) == on_first
             runs = on_ms if instrumented else off_ms
+            block += 1
+            if len(runs) >= repeat:
+                continue
             if instrumented and self.sampler is not None:
                 self.sampler.start()
-                time.sleep(SAMPLER_SETTLE_S)
             try:
+                self._settled(lambda timing=instrumented: self._session(config, timing=timing).run())
                 for _ in range(min(OVERHEAD_BLOCK, repeat - len(runs))):
                     runs.append(self._checked(self._session(config, timing=instrumented).run()).wall_ms)
             finally:
                 if self.sampler is not None:
                     self.sampler.stop()
-            block += 1
         return on_ms, off_ms
+
+    def _settled(self, untimed_run: Callable[[], Any]) -> None:
+        """The entry of every timed block: a ``SAMPLER_SETTLE_S`` pause (a sampler started just before takes its
+        first, heaviest sample in it), then one untimed run (what the pause left cold warms up in it)."""
+        time.sleep(SAMPLER_SETTLE_S)
+        last = untimed_run()
+        if isinstance(last, Failed):
+            self._checked(last)
 
     @staticmethod
     def _checked(last: Finished | Failed) -> Finished:
