@@ -17,8 +17,7 @@ step 80 $T bench $V --device cuda --tracker scripts.peers.tapir_plugin:make --pr
   --out "$W/tapir"
 } 2>&1 | tee "$OUT/call_a.log"
 tar -czf "$OUT/benches.tar.gz" --exclude="*.trace.json*" -C "$W" . 2>/dev/null  # traces apart: the 16 MiB limit
-tar -czf "$OUT/traces_corrtrack.tar.gz" -C "$W" corrtrack --wildcards "*.trace.json*" 2>/dev/null
-tar -czf "$OUT/traces_cotracker.tar.gz" -C "$W" cotracker --wildcards "*.trace.json*" 2>/dev/null
+for d in corrtrack cotracker; do (cd "$W" && find $d -name "*.trace.json*" | tar -czf "$OUT/traces_$d.tar.gz" -T -); done
 left=$((TOTAL_S - SECONDS - 10))
 (( left > 60 )) && DEADLINE=$left OUT="$OUT/field" bash scripts/device_diagnosis.sh > /dev/null 2>&1
 ls -la "$OUT" "$OUT/field"
