@@ -194,14 +194,7 @@ class GateResult:
         parts = []
         for c in self.checks:
             if c.what == "time":
-                text = c.detail
-                slower = [m.text() for m in self.moved_stages if m.slower]
-                faster = [m.text() for m in self.moved_stages if not m.slower]
-                if slower and c.run is not None and c.baseline is not None and c.run > c.baseline:
-                    text += ": " + ", ".join(slower)
-                elif faster and c.run is not None and c.baseline is not None and c.run < c.baseline:
-                    text += ": " + ", ".join(faster)
-                parts.append(text)
+                parts.append(self._time_text(c))
             elif not c.passed:
                 parts.append(c.detail)
         parts += [f"new finding {x.text()}" for x in self.new_findings]
@@ -209,6 +202,16 @@ class GateResult:
         if self.differences:
             parts.append("gated across differences: " + ", ".join(self.differences))
         return f"{self.verdict.upper()}: {self.label}: " + "; ".join(parts)
+
+    def _time_text(self, c: GateCheck) -> str:
+        """The time check's detail with the stages that moved the same way after its ratio and limit."""
+        if c.run is None or c.baseline is None or c.limit is None:
+            return c.detail
+        head = _time_head(c.run / c.baseline, c.limit)
+        same_way = [m.text() for m in self.moved_stages if m.slower == (c.run > c.baseline)]
+        if not same_way or not c.detail.startswith(head):
+            return c.detail
+        return f"{head}: {', '.join(same_way)}{c.detail[len(head):]}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "label": self.label, "baseline_label": self.baseline_label,
@@ -268,6 +271,10 @@ def _times(ratio: float) -> str:
     return f"{ratio:.2f}x slower" if ratio > 1.0 else f"{1.0 / ratio:.2f}x faster"
 
 
+def _time_head(ratio: float, limit: float) -> str:
+    return f"{_times(ratio)} (limit {limit:.2f}x)"
+
+
 def _time_check(run: Report, baseline: Report, tol: GateTolerances) -> GateCheck:
     base_ms, run_ms = baseline.typical_run_ms, run.typical_run_ms
     limit = tol.max_slowdown
@@ -276,19 +283,19 @@ def _time_check(run: Report, baseline: Report, tol: GateTolerances) -> GateCheck
     if run_ms is None:
         return GateCheck("time", base_ms, None, limit, False, "no finished run")
     ratio = run_ms / base_ms
+    head = _time_head(ratio, limit)
     if ratio <= limit + EPSILON:
-        return GateCheck("time", base_ms, run_ms, limit, True, f"{_times(ratio)} (limit {limit:.2f}x)")
+        return GateCheck("time", base_ms, run_ms, limit, True, head)
     spread_base, spread_run = _spread(baseline), _spread(run)
     if spread_base is not None and spread_run is not None and run_ms <= spread_base[1]:
         band = f"{ms_value(spread_base[0])}-{ms_value(spread_base[1])} ms"
         if tol.strict:
-            detail = (f"{_times(ratio)} (limit {limit:.2f}x), within the baseline's own p10-p90 spread ({band}) "
-                      "but failed by --strict")
+            detail = f"{head}, failed by --strict although within the baseline's own p10-p90 spread ({band})"
             return GateCheck("time", base_ms, run_ms, limit, False, detail, within_noise=True)
-        detail = (f"{_times(ratio)} (limit {limit:.2f}x), within noise: inside the baseline's own p10-p90 spread "
-                  f"({band}), so not a failure (--strict fails it)")
+        detail = (f"{head}, but within noise: inside the baseline's own p10-p90 spread ({band}), so not a failure "
+                  "(--strict fails it)")
         return GateCheck("time", base_ms, run_ms, limit, True, detail, within_noise=True)
-    return GateCheck("time", base_ms, run_ms, limit, False, f"{_times(ratio)} (limit {limit:.2f}x)")
+    return GateCheck("time", base_ms, run_ms, limit, False, head)
 
 
 def _memory_check(run: Report, baseline: Report, tol: GateTolerances) -> GateCheck | None:
