@@ -12,6 +12,7 @@ import pytest
 from engine import cli
 from engine.analysis.gate import (
     GATE_FORMAT,
+    GateFinding,
     GateRefused,
     GateTolerances,
     format_gate,
@@ -186,6 +187,13 @@ def test_a_new_capture_finding_is_named_with_its_call_site():
     assert "new finding host_sync (critical) at tests/plugins/planted_capture.py:43" in result.summary()
 
 
+def test_a_finding_is_placed_by_its_call_site_else_its_stage():
+    assert GateFinding("host_sync", "warning", "", "refine", "my dir/model.py:88 forward (.item)").text() == \
+        "host_sync (warning) at my dir/model.py:88"
+    assert GateFinding("tf32_off", "warning", "", "backbone").text() == "tf32_off (warning) in backbone"
+    assert GateFinding("cold_start", "critical", "").text() == "cold_start (critical)"
+
+
 def test_a_different_device_or_configuration_is_refused_unless_allowed():
     with pytest.raises(GateRefused) as info:
         gate(make_report(gpu=T4), make_report())
@@ -213,8 +221,11 @@ def test_bench_files_are_matched_by_label_and_nothing_is_skipped_silently():
     # a baseline configuration the whole sweep lacks: named, and a failure when the run is a whole sweep
     partial = gate_all(run[:1], base, require_all=True)
     assert partial.missing_from_run == ("corrtrack bf16 p1024 f16",) and partial.verdict == "fail"
-    assert gate_all(run[:1], base).verdict == "pass"  # one report picked from a sweep: named only
-    assert "missing from the run: corrtrack bf16 p1024 f16" in "\n".join(gate_all(run[:1], base).summary_lines())
+    assert "FAIL: in the baseline, missing from the run: corrtrack bf16 p1024 f16" in format_gate(partial)
+    picked = gate_all(run[1:2], base)  # one report (or one picked from a sweep): its own label's baseline
+    assert [r.baseline_label for r in picked.results] == ["corrtrack bf16 p1024 f16 on NVIDIA H200"]
+    assert picked.missing_from_run == () and picked.verdict == "fail"  # 1.3x slower
+    assert gate_all(run[:1], base).verdict == "pass"
     with pytest.raises(UserError, match="nothing to gate"):
         gate_all([make_report(points_per_batch=4096)], base)
 
@@ -281,6 +292,6 @@ def test_cli_bench_file_and_pick(tmp_path, capsys):
     save(_bench([make_report(points_per_batch=256)]), run)
     assert cli.main(["gate", str(run), "--baseline", str(base)]) == 1  # the sweep lost p1024
     assert "FAIL: in the baseline, missing from the run: corrtrack bf16 p1024 f16" in capsys.readouterr().out
-    assert cli.main(["gate", f"{run}#0", "--baseline", str(base)]) == 0  # one picked report: p1024 only named
+    assert cli.main(["gate", f"{run}#0", "--baseline", str(base)]) == 0  # one picked report: p1024 not its concern
     assert cli.main(["gate", f"{run}#0", "--baseline", f"{base}#1"]) == 2  # p256 against p1024: refused
     assert "points per batch: 1024 (baseline), 256 (run)" in capsys.readouterr().err

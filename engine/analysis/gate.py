@@ -16,6 +16,7 @@ said, and it fails only under ``strict``. Two runs of different configurations o
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -139,8 +140,9 @@ class GateFinding:
 
     def text(self) -> str:
         where = ""
-        if self.call_site:
-            where = f" at {self.call_site.split(' ')[0]}"
+        if self.call_site:  # "model.py:88 forward (.item)" -> "model.py:88"
+            short = re.match(r"(.+?:\d+)(?:\s|$)", self.call_site)
+            where = f" at {short.group(1) if short else self.call_site}"
         elif self.stage:
             where = f" in {self.stage}"
         return f"{self.rule} ({self.severity}){where}"
@@ -420,20 +422,19 @@ class GateSuite:
     results: tuple[GateResult, ...]
     tolerances: GateTolerances = field(default_factory=GateTolerances)
     not_gated: tuple[str, ...] = ()  # run configurations the baseline has no configuration of the same label for
-    missing_from_run: tuple[str, ...] = ()  # baseline configurations the run lacks
-    require_all: bool = False  # a baseline configuration missing from the run fails the gate
+    missing_from_run: tuple[str, ...] = ()  # baseline configurations a whole sweep lacks (require_all)
+    require_all: bool = False  # the run is a whole sweep: every baseline configuration must be in it
 
     @property
     def verdict(self) -> str:
-        failed = any(not r.passed for r in self.results) or (self.require_all and self.missing_from_run)
+        failed = any(not r.passed for r in self.results) or bool(self.missing_from_run)
         return "fail" if failed else "pass"
 
     def summary_lines(self) -> list[str]:
         """One verdict line per configuration, then what was not gated or is missing."""
         lines = [r.summary() for r in self.results]
         if self.missing_from_run:
-            head = "FAIL" if self.require_all else "NOTE"
-            lines.append(f"{head}: in the baseline, missing from the run: {', '.join(self.missing_from_run)}")
+            lines.append(f"FAIL: in the baseline, missing from the run: {', '.join(self.missing_from_run)}")
         if self.not_gated:
             lines.append(f"NOTE: not gated, no baseline of the same label: {', '.join(self.not_gated)}")
         return lines
@@ -459,9 +460,10 @@ def gate_all(runs: Sequence[Report], baselines: Sequence[Report], tolerances: Ga
              require_all: bool = False) -> GateSuite:
     """Each run configuration against the baseline's of the same label (one against one: held directly).
 
-    require_all: the run is a whole bench sweep, so a baseline configuration it lacks fails the gate (one
-    that failed to run, or was dropped from the sweep); otherwise it is named as missing and does not fail.
-    A run configuration with no baseline is named as not gated. UserError when nothing at all is gated.
+    require_all: the run is a whole bench sweep, so a baseline configuration it lacks is named and fails the
+    gate (one that failed to run, or was dropped from the sweep); otherwise (a report, or one picked from a
+    sweep) the baseline's other configurations are not its concern. A run configuration with no baseline is
+    named as not gated. UserError when nothing at all is gated.
     """
     tol = tolerances or GateTolerances()
     if not runs or not baselines:
@@ -475,7 +477,8 @@ def gate_all(runs: Sequence[Report], baselines: Sequence[Report], tolerances: Ga
                         f"run: {', '.join(run_by)}; baseline: {', '.join(base_by)}")
     return GateSuite(results=tuple(gate(r, b, tol) for r, b in pairs), tolerances=tol,
                      not_gated=tuple(k for k in run_by if k not in base_by),
-                     missing_from_run=tuple(k for k in base_by if k not in run_by), require_all=require_all)
+                     missing_from_run=tuple(k for k in base_by if k not in run_by) if require_all else (),
+                     require_all=require_all)
 
 
 def format_gate(suite: GateSuite) -> str:
