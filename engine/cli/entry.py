@@ -36,6 +36,7 @@ SUBCOMMANDS = {
     "bench": ("engine.cli.bench", "benchmark precisions x batch sizes, write reports"),
     "compare": ("engine.cli.compare", "compare two run reports stage by stage"),
     "diagnose": ("engine.cli.diagnose", "print the findings of a run report"),
+    "gate": ("engine.cli.gate", "hold a run against a baseline with tolerances: exit 0 pass, 1 fail (CI)"),
     "train": ("engine.cli.train", "train the CorrTrack model on synthetic videos"),
 }
 #: entry point group of the verbs that installed packages add (name = "module")
