@@ -164,7 +164,7 @@ class DiffPanel(QWidget):
         self.splitter.setStretchFactor(0, 2)
         self.splitter.setStretchFactor(1, 3)
         self.splitter.setStretchFactor(2, 1)
-        self.splitter.setSizes([WATERFALL_HEIGHT_PX, 2 * WATERFALL_HEIGHT_PX, EVIDENCE_HEIGHT_PX])
+        self.splitter.setSizes([WATERFALL_HEIGHT_PX, int(1.3 * WATERFALL_HEIGHT_PX), EVIDENCE_HEIGHT_PX])
         content = QWidget()
         content_layout = QVBoxLayout(content)
         content_layout.setContentsMargins(0, 0, 0, 0)

@@ -18,10 +18,10 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QFontMetrics
-from PySide6.QtWidgets import QStackedLayout, QToolTip, QWidget
+from PySide6.QtWidgets import QStackedLayout, QToolTip, QVBoxLayout, QWidget
 
 from engine.api import ms_value
-from gui.widgets.text import plain_label
+from gui.widgets.text import plain_label, rich_label
 
 RGB = tuple[int, int, int]
 #: bars of absolute times (A's, B's) and the kinds of step between them
@@ -35,10 +35,16 @@ REST_COLOUR: RGB = (150, 150, 150)  # the unnamed rest
 CONNECTOR_COLOUR: RGB = (120, 120, 120)
 TEXT_COLOUR: RGB = (40, 40, 40)
 BAR_WIDTH = 0.7  # of the 1.0 between bar centres
-Y_HEADROOM = 0.12  # share of the range left above the highest bar (its value label)
+Y_HEADROOM = 0.08  # share of the range left above the highest bar (its value label) ...
+VALUE_ROOM_PX = 22  # ... and at least this many pixels, however short the chart
 TICK_MARGIN_PX = 6  # a bar's axis label keeps this far from its neighbours'
 MIN_TICK_PX = 24  # below this a label is not elided further (the tooltip has it)
 EMPTY_TEXT = "no waterfall: the diff has no steps"
+#: the legend under the chart: (colour, what it means)
+LEGEND: tuple[tuple[RGB, str], ...] = (
+    (START_COLOUR, "A"), (SPEC_COLOUR, "what the specs explain"), (FASTER_COLOUR, "B faster"),
+    (SLOWER_COLOUR, "B slower"), (REST_COLOUR, "not named"), (END_COLOUR, "B"),
+)
 MISSING = "—"
 
 
@@ -106,6 +112,12 @@ def bar_value_text(bar: Bar) -> str:
     return f"{'+' if bar.ms > 0 else ''}{ms_value(bar.ms)}"
 
 
+def legend_html() -> str:
+    """The colours of the bars and what they mean, as one line of markup (no values from files in it)."""
+    items = [f"<span style='color: rgb{colour}'>&#9632;</span>&nbsp;{text}" for colour, text in LEGEND]
+    return "<span style='color:#444'>" + " &nbsp; ".join(items) + "</span>"
+
+
 class WaterfallChart(QWidget):
     """The waterfall of one diff's steps, or a note when there are none."""
 
@@ -130,13 +142,23 @@ class WaterfallChart(QWidget):
         item.addItem(self.bar_item)
         item.addItem(self.connectors)
         self.value_items: list[pg.TextItem] = []
+        self._y_range = (0.0, 1.0)  # the bars' lowest and highest ms (with 0)
         self.note = plain_label(EMPTY_TEXT)
         self.note.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.note.setStyleSheet("color: gray;")
+        self.legend = rich_label(legend_html())
+        chart_page = QWidget()
+        chart_layout = QVBoxLayout(chart_page)
+        chart_layout.setContentsMargins(0, 0, 0, 0)
+        chart_layout.setSpacing(2)
+        chart_layout.addWidget(self.plot, 1)
+        chart_layout.addWidget(self.legend)
+        self._chart_page = chart_page
         self._stack = QStackedLayout(self)
         self._stack.addWidget(self.note)
-        self._stack.addWidget(self.plot)
+        self._stack.addWidget(chart_page)
         self.plot.scene().sigMouseMoved.connect(self._hover)
+        item.getViewBox().sigResized.connect(self._view_resized)  # after the layout: its height is the real one
         self.set_steps(())
 
     @property
@@ -157,7 +179,7 @@ class WaterfallChart(QWidget):
             self.bar_item.setOpts(x=[], height=[], y0=[], brushes=None, pens=None, pen=None)
             self.connectors.setData([], [])
             return
-        self._stack.setCurrentWidget(self.plot)
+        self._stack.setCurrentWidget(self._chart_page)
         x = np.arange(len(self.bars), dtype=float)
         bottoms = np.array([b.bottom for b in self.bars])
         heights = np.array([b.top - b.bottom for b in self.bars])
@@ -167,15 +189,24 @@ class WaterfallChart(QWidget):
         self._draw_connectors()
         lo = min(0.0, float(bottoms.min()))
         hi = max(0.0, float((bottoms + heights).max()))
-        span = (hi - lo) or 1.0
+        self._y_range = (lo, hi)
         for bar in self.bars:
             text = pg.TextItem(bar_value_text(bar), color=TEXT_COLOUR, anchor=(0.5, 1.0))
-            text.setPos(bar.x, bar.top + span * 0.01)
+            text.setPos(bar.x, bar.top)
             item.addItem(text)
             self.value_items.append(text)
         item.setXRange(-0.6, len(self.bars) - 0.4, padding=0)
-        item.setYRange(lo, hi + span * Y_HEADROOM, padding=0)
+        self._fit_y()
         self._update_ticks()
+
+    def _fit_y(self) -> None:
+        """The y range: the bars and 0, with room above the highest for its value (in pixels, whatever the height)."""
+        lo, hi = self._y_range
+        span = (hi - lo) or 1.0
+        px = max(1.0, self.plot.getPlotItem().getViewBox().height())
+        share = max(Y_HEADROOM, VALUE_ROOM_PX / px)
+        share = min(share, 1.0)  # a chart a few pixels high: at most as much room as bars
+        self.plot.getPlotItem().setYRange(lo, hi + span * share / (1.0 - share * 0.5), padding=0)
 
     def _draw_connectors(self) -> None:
         """A dotted line from each bar's level (where the running sum stands after it) to the next bar (none into
@@ -206,8 +237,9 @@ class WaterfallChart(QWidget):
         ticks = self.plot.getPlotItem().getAxis("bottom")._tickLevels
         return [label for _, label in (ticks[0] if ticks else [])]
 
-    def resizeEvent(self, event: Any) -> None:  # noqa: N802 (Qt name)
-        super().resizeEvent(event)
+    def _view_resized(self, *_: Any) -> None:
+        if self.bars:
+            self._fit_y()
         self._update_ticks()
 
     def bar_tip(self, index: int) -> str:
