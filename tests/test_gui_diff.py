@@ -312,3 +312,25 @@ def test_rows_built_for_the_sample_are_a_valid_diff():
     deltas = sum(s.ms for s in diff.split.steps if s.kind not in ("start", "end"))
     assert A_MS + deltas == pytest.approx(B_MS)
     assert isinstance(diff.rows[0], DiffRow)
+
+
+def test_the_menu_asks_for_two_files_and_an_entry_without_a_report_is_said(qtbot, monkeypatch):
+    state = AppState()
+    differ = DiffController(state)
+    monkeypatch.setattr(engine_api, "diff_runs", lambda ra, rb: sample_diff(), raising=False)
+    answers = iter([(H200.format("fp32"), ""), (H200.format("bf16"), "")])
+    monkeypatch.setattr("gui.controllers.diff.QFileDialog.getOpenFileName", lambda *a, **k: next(answers))
+    with qtbot.waitSignal(differ.diffed, timeout=DIFF_TIMEOUT_MS):
+        differ.diff_files_dialog()
+    cancelled = iter([(H200.format("fp32"), ""), ("", "")])  # B's dialog cancelled: nothing happens
+    monkeypatch.setattr("gui.controllers.diff.QFileDialog.getOpenFileName", lambda *a, **k: next(cancelled))
+    with qtbot.assertNotEmitted(differ.started):
+        differ.diff_files_dialog()
+    a = _report_entry(state, "fp32")
+    stopped = state.new_entry(video="sample.mp4", tracker="corrtrack", settings={}, machine="cpu", status="stopped",
+                              source="run", run=state.runs.get(a).run, report=None)
+    state.add_entry(stopped, compare_previous=False)
+    with qtbot.waitSignal(differ.failed, timeout=1000) as got:
+        assert not differ.diff_entries(a, stopped.id)
+    assert got.args[0].startswith("B (") and "no report" in got.args[0]
+    differ.shutdown()
