@@ -34,7 +34,7 @@ from gui.widgets.tables import row_table
 from gui.widgets.text import esc, plain_label, plain_tip, rich_label
 from gui.widgets.waterfall import WaterfallChart
 
-EMPTY_TEXT = ("No diff yet. Pick A and B in the Runs list and choose Diff, or open two reports with "
+EMPTY_TEXT = ("No diff yet. Pick A and B in the Runs list and choose Diff A and B, or open two reports with "
               "Compare > Diff two reports…")
 BUSY_TEXT = "computing the diff of {} and {}…"
 NO_STEPS = "no waterfall: the diff has no split of the total into steps"
