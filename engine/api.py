@@ -99,6 +99,10 @@ from engine.workflows.deep import DeepCapture, deep_capture, trace_path_for
 # -- the cost model counted on demand (a report without one: a live run's, a track --report file) -------------
 from engine.workflows.count import CountedWork, CountProcess, count_work, with_counted_work
 from engine.analysis.tradeoff import accuracy_axis as tradeoff_accuracy_axis
+
+# -- the diff of two runs: its model, which the app's diff view draws (``diff_runs`` fills it) ------------------
+from engine.analysis.diff import LEVELS as DIFF_LEVELS
+from engine.analysis.diff import Diff, DiffRow, SpecSplit, WaterfallStep
 # isort: on
 
 #: the file names write_video can write (the overlaid-video export checks its path against them first)
@@ -183,4 +187,5 @@ __all__ = [
     "resources_dir", "row_from_report", "run_accuracy", "run_title", "sample_video_path", "save", "save_tracks",
     "tunable_settings", "values_taken",
     "specs", "speedup_over", "tapvid_metrics", "track_arrays", "tradeoff_accuracy_axis", "write_video",
+    "DIFF_LEVELS", "Diff", "DiffRow", "SpecSplit", "WaterfallStep",
 ]

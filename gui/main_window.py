@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 from engine.api import Report, RunConfig, TelemetrySampler, UserError
 from gui.controllers.capture import CaptureController
 from gui.controllers.cost import CostController
+from gui.controllers.diff import DiffController
 from gui.controllers.exports import ExportController
 from gui.controllers.files import FileController
 from gui.controllers.runs import RunActions
@@ -38,6 +39,7 @@ from gui.model import RunData, report_title
 from gui.panels.ab_view import ABView
 from gui.panels.capture_panel import CapturePanel
 from gui.panels.diagnosis import DiagnosisPanel
+from gui.panels.diff_panel import DiffPanel
 from gui.panels.history import HistoryPanel
 from gui.panels.queue import PanelQueue
 from gui.panels.run_panel import RunPanel
@@ -118,6 +120,7 @@ class MainWindow(QMainWindow):
                      if self.diagnosis is not None else None)  # what-if for any run: counts in a worker
         if self.cost is not None:
             self.controller.running_changed.connect(self.cost.resume)
+        self.differ = DiffController(self.state, self)  # diffs of two runs or reports, in a worker
         self.state.set_config(self.toggles.config(), announce=False)  # what the toggles show (gated modes off)
         self._connect()
         self._build_menus()
@@ -143,6 +146,7 @@ class MainWindow(QMainWindow):
         self.tradeoff = self._add_panel(TradeoffPanel, "Precision trade-offs")
         self.diagnosis = self._add_panel(DiagnosisPanel, "Diagnosis")
         self.capture_panel = self._add_panel(CapturePanel, "Capture")
+        self.diff_panel = self._add_panel(DiffPanel, "Diff")
         central = QWidget()
         lay = QVBoxLayout(central)
         lay.setContentsMargins(4, 4, 4, 4)
@@ -222,6 +226,10 @@ class MainWindow(QMainWindow):
         self.exports.note.connect(self.statusBar().showMessage)
         self.capture.note.connect(self.statusBar().showMessage)
         self.capture.captured.connect(self._show_capture)
+        self.history_panel.diff_requested.connect(self.differ.diff_ab)
+        self.differ.started.connect(self._diff_started)
+        self.differ.diffed.connect(self.show_diff)
+        self.differ.failed.connect(self._diff_failed)
 
     def _build_menus(self) -> None:
         bar, files, exports = self.menuBar(), self.files, self.exports
@@ -249,6 +257,7 @@ class MainWindow(QMainWindow):
         compare = bar.addMenu("&Compare")
         self._action(compare, "A/B: current run against a report…", files.compare_with_report_dialog)
         self._action(compare, "Trade-offs: add a bench or report file…", self.add_bench_dialog)
+        self._action(compare, "Diff two reports…", self.differ.diff_files_dialog)
         view = bar.addMenu("&View")
         self._action(view, "Play / pause", lambda: self.view.set_playing(not self.view.playing), "Space")
         self._action(view, "Next frame", lambda: self.view.step(1), ".")
@@ -334,6 +343,27 @@ class MainWindow(QMainWindow):
             return
         self.capture_panel.set_capture(deep.to_dict(), deep.findings, deep.trace_path)
         self.tabs.setCurrentWidget(self.capture_panel)
+
+    def show_diff(self, diff: Any) -> None:
+        """A diff of two runs (engine.api.Diff) in the Diff tab, shown."""
+        if self.diff_panel is None:
+            return
+        self.diff_panel.set_diff(diff)
+        self.tabs.setCurrentWidget(self.diff_panel)
+
+    def _diff_started(self, a_name: str, b_name: str) -> None:
+        self.statusBar().showMessage(f"diffing {a_name} and {b_name}…", MESSAGE_MS)
+        if self.diff_panel is not None:
+            self.diff_panel.show_busy(a_name, b_name)
+            self.tabs.setCurrentWidget(self.diff_panel)
+
+    def _diff_failed(self, text: str) -> None:
+        """No diff: why, in the Diff tab and the status bar."""
+        self.statusBar().showMessage(text, MESSAGE_MS)
+        self.message_shown.emit(text)
+        if self.diff_panel is not None:
+            self.diff_panel.show_error(text)
+            self.tabs.setCurrentWidget(self.diff_panel)
 
     def _add_tradeoff_entry(self, entry: HistoryEntry) -> None:
         if self.tradeoff is not None:
@@ -491,6 +521,7 @@ class MainWindow(QMainWindow):
         self.files.stop_decoding()
         self.exports.shutdown()
         self.capture.shutdown()
+        self.differ.shutdown()
         if self.cost is not None:
             self.cost.shutdown()
         if self.capture_panel is not None:

@@ -1,5 +1,6 @@
 """The Runs panel: the session's run history as a list (every run made here, every report opened), with
-Show (its report in the Diagnosis tab, its tracks on the video) and Set as A / Set as B (the A/B tab).
+Show (its report in the Diagnosis tab, its tracks on the video), Set as A / Set as B (the A/B tab) and
+Diff A and B (the Diff tab; enabled once both are picked).
 
 It reads and changes the ``AppState``'s history only (``select``, ``set_ab``); the state refuses an A/B of
 two entries of different videos or queries with a plain message. Its rows are a model
@@ -25,6 +26,7 @@ class HistoryPanel(QWidget):
     """The run history, newest last; one row per entry."""
 
     ab_requested = Signal()  # A and B were compared from here (the window shows the A/B tab)
+    diff_requested = Signal()  # diff the entries picked as A and B (the window's diff controller does)
 
     def __init__(self, state: AppState, parent: QWidget | None = None):
         super().__init__(parent)
@@ -44,10 +46,13 @@ class HistoryPanel(QWidget):
         for side, button in zip(AB_SIDES, (self.a_button, self.b_button)):
             button.setToolTip(f"Compare in the A/B tab: this run as {side} (same video and queries as the other)")
             button.clicked.connect(lambda _=False, side=side: self.pick_as(side))
+        self.diff_button = QPushButton("Diff A and B")
+        self.diff_button.setToolTip("Diff A and B by stage, module, function and kernel class (the Diff tab)")
+        self.diff_button.clicked.connect(self.request_diff)
         self.empty_note = plain_label("No runs yet: run the tracker or open a report")
         self.empty_note.setStyleSheet("color: gray;")
         buttons = QHBoxLayout()
-        for b in (self.show_button, self.a_button, self.b_button):
+        for b in (self.show_button, self.a_button, self.b_button, self.diff_button):
             buttons.addWidget(b)
         buttons.addStretch(1)
         layout = QVBoxLayout(self)
@@ -57,6 +62,7 @@ class HistoryPanel(QWidget):
         layout.addLayout(buttons)
         self.model.rowsInserted.connect(self._rows_changed)
         self.model.rowsRemoved.connect(self._rows_changed)
+        state.ab_changed.connect(self._update_diff_button)
         self._rows_changed()
 
     def sizeHint(self) -> QSize:  # noqa: N802 (Qt name)
@@ -89,6 +95,15 @@ class HistoryPanel(QWidget):
         if entry_id is not None and self.state.set_ab(side, entry_id):
             self.ab_requested.emit()
 
+    @property
+    def ab_picked(self) -> bool:
+        """Whether both A and B are picked (what Diff A and B needs)."""
+        return all(self.state.ab.get(side) is not None for side in AB_SIDES)
+
+    def request_diff(self) -> None:
+        if self.ab_picked:
+            self.diff_requested.emit()
+
     def _context_menu(self, pos: Any) -> None:
         index = self.table.indexAt(pos)
         if not index.isValid():
@@ -99,12 +114,18 @@ class HistoryPanel(QWidget):
         for side in AB_SIDES:
             action = menu.addAction(f"Set as {side}")
             action.triggered.connect(lambda _=False, side=side: self.pick_as(side))
+        diff = menu.addAction("Diff A and B", self.request_diff)
+        diff.setEnabled(self.ab_picked)
         menu.exec(self.table.viewport().mapToGlobal(pos))
 
     # -- drawing ---------------------------------------------------------------------------------------
     def _rows_changed(self) -> None:
         self.empty_note.setVisible(self.model.rowCount() == 0)
         self._update_buttons()
+        self._update_diff_button()
+
+    def _update_diff_button(self) -> None:
+        self.diff_button.setEnabled(self.ab_picked)
 
     def _update_buttons(self) -> None:
         has = self.picked() is not None
