@@ -75,6 +75,7 @@ def test_session_runs_and_direct_calls_alternate_in_blocks(monkeypatch):
     from engine.workflows import direct as direct_mod
 
     assert direct_mod.block_sizes(10) == [4, 3, 3] and direct_mod.block_sizes(2) == [1, 1]
+    assert [direct_mod.direct_blocks(n) for n in (2, 6, 10, 30)] == [3, 3, 4, 10]  # about 3 session runs a block
     order: list[str] = []
     real_session = bench_mod.Bench._session
     real_call = direct_mod.DirectCaller.call

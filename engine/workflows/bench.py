@@ -235,10 +235,11 @@ class Bench:
             if isinstance(last, Failed):
                 row.note = f"failed ({last.kind}): {last.message}"
                 return row
-        from engine.workflows.direct import block_sizes, direct_runs
+        from engine.workflows.direct import block_sizes, direct_blocks, direct_runs
 
-        direct_blocks = block_sizes(direct_runs(repeat)) if self.direct else []
-        for i, runs in enumerate(block_sizes(repeat)):
+        pairs = direct_blocks(repeat) if self.direct else 1
+        direct_sizes = block_sizes(direct_runs(repeat), pairs) if self.direct else []
+        for i, runs in enumerate(block_sizes(repeat, pairs)):
             if i > 0 and caller is not None:  # after a direct block: entered as it was (Bench._direct_block)
                 time.sleep(SAMPLER_SETTLE_S)
                 last = session_run(keep=False)
@@ -250,11 +251,11 @@ class Bench:
                 if isinstance(last, Failed):
                     row.note = f"failed ({last.kind}): {last.message}"
                     return row
-            if i < len(direct_blocks) and started is not None and not direct_failed:
+            if i < len(direct_sizes) and started is not None and not direct_failed:
                 if caller is None:
                     caller = self._direct_caller(config, started, warmup, row)
                     direct_failed = caller is None
-                if caller is not None and not self._direct_block(caller, direct_blocks[i], row):
+                if caller is not None and not self._direct_block(caller, direct_sizes[i], row):
                     caller, direct_failed = None, True
         direct = caller.reference() if caller is not None and caller.samples else None
         work = None
@@ -296,7 +297,7 @@ class Bench:
     def _direct_caller(self, config: RunConfig, started: Started, warmup: int, row: Row) -> Any:
         """The tracker alone on this configuration, inputs uploaded and ``warmup`` untimed calls made; None (and
         a note in the row's extra) when that fails. Called between session runs: the direct calls alternate
-        with them in ``DIRECT_BLOCKS`` blocks (engine.workflows.direct)."""
+        with them in blocks (engine.workflows.direct.direct_blocks)."""
         import torch
 
         from engine.workflows.direct import DirectCaller

@@ -30,10 +30,13 @@ from engine.trackers.plugin import PluginTracker
 #: timed direct calls per configuration: the bench's --repeat, kept within these
 DIRECT_MIN_RUNS = 3
 DIRECT_MAX_RUNS = 10
-#: the bench alternates this many blocks of session runs and direct calls, so a drift of the machine (clocks
-#: settling, a busy neighbour) moves both alike: TAPIR's direct calls ranged 152-231 ms in one block of five
-#: on the H200, taken after all the session runs
-DIRECT_BLOCKS = 3
+#: the bench alternates blocks of session runs and direct calls, at least DIRECT_MIN_BLOCKS and about
+#: DIRECT_BLOCK_RUNS session runs each, so a drift of the machine (clocks settling, a busy neighbour) moves both
+#: alike: TAPIR's direct calls ranged 152-231 ms in one block of five on the H200, taken after all the session
+#: runs; with three blocks, one slow stretch of three CoTracker3 session runs (106 ms against 82) still moved its
+#: session/direct from 1.03 to 1.11 (docs/records/session18/call_a.log)
+DIRECT_MIN_BLOCKS = 3
+DIRECT_BLOCK_RUNS = 3
 PLUGIN_CALLABLE = "the plugin's callable on device inputs"
 PREPARE_AND_TRACK = "prepare + track, the session's batches"
 
@@ -83,7 +86,12 @@ class DirectCaller:
         return DirectReference(samples_ms=tuple(self.samples), warmup=self.warmup, what=self.what)
 
 
-def block_sizes(total: int, blocks: int = DIRECT_BLOCKS) -> list[int]:
+def direct_blocks(repeat: int) -> int:
+    """How many session/direct block pairs a bench of ``repeat`` session runs alternates (10 -> 4, 30 -> 10)."""
+    return max(DIRECT_MIN_BLOCKS, -(-repeat // DIRECT_BLOCK_RUNS))
+
+
+def block_sizes(total: int, blocks: int = DIRECT_MIN_BLOCKS) -> list[int]:
     """``total`` runs split into at most ``blocks`` blocks as even as they go (10, 3 -> [4, 3, 3])."""
     blocks = max(1, min(blocks, total))
     return [total // blocks + (1 if i < total % blocks else 0) for i in range(blocks)] if total > 0 else []
