@@ -41,15 +41,14 @@ GRID = 8  # 8 x 8 queries
 QUERY_MARGIN = 0.3
 #: the largest systematic (mean signed) offset allowed per axis between app and CLI tracks, source px
 MAX_MEAN_OFFSET_PX = 0.1
-#: the same for CorrTrack on this out-of-domain texture (its per-point noise is 1 px; see its test)
-CORRTRACK_MAX_MEAN_OFFSET_PX = 0.25
+#: CorrTrack's rule is on the mean over several clips (its per-point noise on this texture is about 1 px)
+CORRTRACK_SEEDS = (7, 100, 101, 102)
+CORRTRACK_GRID = 16
 
 
-@pytest.fixture(scope="module")
-def clip(tmp_path_factory) -> tuple:
+def make_clip(folder, seed: int = 7, grid: int = GRID) -> tuple:
     """A 1080p video of a random texture zooming out and panning, its grid of queries and their true tracks."""
-    folder = tmp_path_factory.mktemp("pan")
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(seed)
     big = (SOURCE_SIZE[1] * 3 // 2, SOURCE_SIZE[0] * 3 // 2)  # room for the zoom out
     centre_out = (np.array(SOURCE_SIZE, np.float64) - 1) / 2
     centre_tex = (np.array(big[::-1], np.float64) - 1) / 2
@@ -64,11 +63,16 @@ def clip(tmp_path_factory) -> tuple:
         frames[t] = np.repeat(np.clip(frame, 0, 255).astype(np.uint8)[..., None], 3, axis=-1)
     video = folder / "pan.avi"
     write_video(video, frames)
-    queries = grid_queries(GRID, *SOURCE_SIZE, margin=QUERY_MARGIN)
+    queries = grid_queries(grid, *SOURCE_SIZE, margin=QUERY_MARGIN)
     write_queries_csv(folder / "pan.queries.csv", queries)
     t = np.arange(NUM_FRAMES)[None, :, None]  # [1, T, 1]
     truth = centre_out + np.array(PAN_PX) * t + ZOOM_PER_FRAME**t * (queries[:, None, 1:] - centre_out)  # [N, T, 2]
     return video, folder / "pan.queries.csv", queries, truth
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory) -> tuple:
+    return make_clip(tmp_path_factory.mktemp("pan"))
 
 
 def _cli_tracks(clip, tmp_path, tracker: str = "lk") -> np.ndarray:
@@ -108,15 +112,27 @@ def test_app_and_cli_tracks_have_no_systematic_offset(clip, tmp_path):
     assert np.abs(cli - truth).mean() < 0.5 and np.abs(app - truth).mean() < 1.0  # measured: 0.29 and 0.59 px
 
 
-def test_corrtrack_tracks_agree_at_either_size(clip, tmp_path):
+@pytest.mark.slow
+def test_corrtrack_tracks_agree_at_either_size(tmp_path):
     """CorrTrack resizes every frame to its model's 256 x 256, so the two runs differ only in that resize's input.
 
     This texture is far from CorrTrack's training data (about 2 px from the truth at either size, 1 px apart per
-    point), so its mean signed difference is noisier than LK's: measured (0.19, 0.06) px, against (-0.35, -0.32)
-    with the multiplying geometry; the bound is CORRTRACK_MAX_MEAN_OFFSET_PX."""
-    cli = _cli_tracks(clip, tmp_path, "corrtrack")
-    app, _ = _app_tracks(clip, "corrtrack")
-    diff = (app - cli)[:, 1:].reshape(-1, 2).astype(np.float64)
+    point), so one clip's mean signed difference is mostly noise: over 256 points, per clip (x, y) = (0.09, -0.02),
+    (-0.09, -0.02), (0.01, 0.07), (-0.11, 0.04) px with a standard error of 0.04-0.05 px in x (session 18; with 64
+    points the first read (0.19, 0.06)). Their signs change from clip to clip: no offset is systematic. The rule is on
+    the mean over CORRTRACK_CLIPS clips of CORRTRACK_GRID^2 points (standard error about 0.02 px), where the
+    multiplying geometry's offset, (-0.35, -0.32) px on one clip, would stand out."""
+    diffs = []
+    for seed in CORRTRACK_SEEDS:
+        folder = tmp_path / f"clip{seed}"
+        folder.mkdir()
+        clip = make_clip(folder, seed, CORRTRACK_GRID)
+        cli = _cli_tracks(clip, folder, "corrtrack")
+        app, _ = _app_tracks(clip, "corrtrack")
+        diffs.append((app - cli)[:, 1:].reshape(-1, 2).astype(np.float64))
+    diff = np.concatenate(diffs)
     mean_signed, mean_abs = diff.mean(axis=0), np.abs(diff).mean(axis=0)
-    print(f"corrtrack app - cli, source px: mean signed {mean_signed.round(3)}, mean absolute {mean_abs.round(3)}")
-    assert np.all(np.abs(mean_signed) < CORRTRACK_MAX_MEAN_OFFSET_PX), mean_signed
+    print(f"corrtrack app - cli over {len(CORRTRACK_SEEDS)} clips, source px: mean signed {mean_signed.round(3)}, "
+          f"mean absolute {mean_abs.round(3)}")
+    assert np.all(np.abs(mean_signed) < MAX_MEAN_OFFSET_PX), mean_signed
+    assert np.all(mean_abs < 1.5), mean_abs  # measured 0.64-0.76 px in x, 0.38-0.47 in y per clip
