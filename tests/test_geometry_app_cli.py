@@ -136,3 +136,30 @@ def test_corrtrack_tracks_agree_at_either_size(tmp_path):
           f"mean absolute {mean_abs.round(3)}")
     assert np.all(np.abs(mean_signed) < MAX_MEAN_OFFSET_PX), mean_signed
     assert np.all(mean_abs < 1.5), mean_abs  # measured 0.64-0.76 px in x, 0.38-0.47 in y per clip
+
+
+@pytest.mark.parametrize("tracker", ["lk", "corrtrack"])
+def test_app_and_cli_tracks_are_identical_when_the_app_keeps_full_size(tmp_path, tracker):
+    """A clip small enough for the app's frame store to keep as it is: the app's path (its store, its session job)
+    and the CLI's give the same tracks, bit for bit up to the NPZ's float32."""
+    rng = np.random.default_rng(3)
+    size, frames_n = (320, 240), 8
+    texture = cv2.GaussianBlur(rng.uniform(0, 255, (size[1] + 40, size[0] + 40)).astype(np.float32), (0, 0), 2.5)
+    texture = cv2.normalize(texture, None, 0, 255, cv2.NORM_MINMAX).astype(np.uint8)
+    frames = np.stack([np.repeat(texture[2 * t:2 * t + size[1], 3 * t:3 * t + size[0], None], 3, axis=-1)
+                       for t in range(frames_n)])
+    video = tmp_path / "small.avi"
+    write_video(video, frames)
+    queries = grid_queries(6, *size, margin=0.2)
+    write_queries_csv(tmp_path / "small.queries.csv", queries)
+    out = tmp_path / "cli.npz"
+    assert main(["track", str(video), "--queries", str(tmp_path / "small.queries.csv"), "--out", str(out),
+                 "--tracker", tracker, "--device", "cpu"]) == 0
+    store = open_frames(video, budget_bytes=10 * frames.nbytes).decode_all()
+    assert store.geometry.frame_size == size  # kept at full size
+    info = {**store.info.to_dict(), **store.geometry.to_dict()}
+    job = SessionJob(store.frames, queries, RunConfig(tracker=tracker, device="cpu"), video_info=info)
+    (finished,) = [e for e in job() if isinstance(e, Finished)]
+    cli = load_tracks(out)
+    np.testing.assert_array_equal(finished.tracks, cli["tracks"])
+    np.testing.assert_array_equal(finished.visible, cli["visible"])
