@@ -74,6 +74,8 @@ from engine.analysis.whatif import project
 from engine.analysis.whatif import mode_label as whatif_mode_label
 from engine.analysis.whatif_by_batch import project_by_batch
 from engine.analysis.compare import compare_reports
+from engine.analysis.diff import Diff, DiffRow, SpecSplit, WaterfallStep, diff_runs, format_diff
+from engine.report.projection import Projection
 from engine.analysis.metrics import Divergence, divergence, tapvid_metrics
 from engine.analysis.tradeoff import (
     BASELINE_PRECISION,
@@ -182,5 +184,6 @@ __all__ = [
     "resolve_device",
     "resources_dir", "row_from_report", "run_accuracy", "run_title", "sample_video_path", "save", "save_tracks",
     "tunable_settings", "values_taken",
+    "Diff", "DiffRow", "Projection", "SpecSplit", "WaterfallStep", "diff_runs", "format_diff",
     "specs", "speedup_over", "tapvid_metrics", "track_arrays", "tradeoff_accuracy_axis", "write_video",
 ]
