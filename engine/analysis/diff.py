@@ -202,7 +202,7 @@ def _stage_rows(a: Side, b: Side, ex: Explained) -> list[DiffRow]:
         if max(sa or 0.0, sb or 0.0) < MIN_ROW_MS:
             continue
         explained = ex.by_stage.get(name) if ex.ratio is not None else None
-        evidence = {k: v for k, v in (("a_precision", a.stage_precision.get(name)),
+        evidence: dict[str, Any] = {k: v for k, v in (("a_precision", a.stage_precision.get(name)),
                                       ("b_precision", b.stage_precision.get(name)),
                                       ("a_bound", a.stage_bound.get(name)), ("b_bound", b.stage_bound.get(name)))
                     if v}
