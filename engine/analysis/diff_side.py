@@ -17,7 +17,6 @@ from typing import Any
 from engine.analysis.roofline import device_spec, report_cost
 from engine.capture.kernels import is_legacy_arch
 from engine.capture.summary import CaptureSummary
-from engine.core.errors import ReportError
 from engine.report.projection import Projection, is_projection
 from engine.report.schema import Report, as_report
 from engine.telemetry import specs
@@ -132,13 +131,13 @@ def kind_facts(class_ms: Mapping[str, float], capability: tuple[int, int] | None
 
 
 def _capture(report: Report) -> tuple[CaptureSummary | None, tuple[str, ...]]:
-    if not report.capture:
+    part = report.capture_part if report.capture else None
+    if part is None:
         return None, ()
-    try:
-        return CaptureSummary.from_dict(report.capture), ()
-    except ReportError as exc:
-        log.warning("capture of %s not read: %s", report.short_label(), exc.message)
-        return None, (f"the deep capture of {report.short_label()} cannot be read ({exc.message}): left out",)
+    if part.summary is None:
+        log.warning("capture of %s not read: %s", report.short_label(), part.read_error)
+        return None, (f"the deep capture of {report.short_label()} cannot be read ({part.read_error}): left out",)
+    return part.summary, ()
 
 
 def with_outside(stage_ms: Mapping[str, float], total_ms: float | None) -> dict[str, float]:
