@@ -241,3 +241,27 @@ def test_an_unknown_device_leaves_the_specs_unplaced():
     # an NVML estimate stands in when the card is not in the table; without its facts the specs stay unplaced
     assert d.split.explained_ms + d.split.rest_ms == pytest.approx(62.0)
     assert sum(x.ms for x in d.split.steps[:-1]) == pytest.approx(79.0, abs=1e-9)
+
+
+def test_a_run_without_a_cost_model_is_projected_from_its_capture_and_reads_like_a_measured_pair():
+    from engine.analysis.diff_split import capture_projection
+    from engine.telemetry import specs
+
+    classes = {"gemm tc bf16 sm90": 4.0, "conv simt bf16": 2.0, "other fp32": 3.0}
+    a = report(H200, "bf16", {"backbone": (12.0, 0, 0)}, capture=capture("bf16", classes))
+    t4 = specs.lookup("Tesla T4")
+    assert t4 is not None
+    projection = capture_projection(a, t4)
+    assert projection.priced_by == "kernel classes" and "bf16 peak 989 vs 8.1 TF/s, emulated" in projection.peaks
+    # each class on its peak: bf16 tensor-core GEMMs at the T4's fp32 rate (emulated), SIMT convs at fp32,
+    # the rest at bandwidth; the 3 ms outside the kernels kept
+    expected = 4.0 * 989 / 8.1 + 2.0 * 67 / 8.1 + 3.0 * 4800 / 320 + (12.0 - 9.0)
+    assert projection.projected_ms == pytest.approx(expected)
+    beside = diff_runs(a, projection)
+    assert beside.split.rest_ms == pytest.approx(0.0, abs=1e-9)
+    measured = report(T4, "bf16", {"backbone": (expected + 5.0, 0, 0)},
+                      capture=capture("bf16", {"gemm simt bf16": 60.0}, capability=(7, 5)))
+    pair = diff_runs(a, measured)
+    assert pair.split.explained_ms == pytest.approx(beside.split.explained_ms)
+    assert pair.split.rest_ms == pytest.approx(5.0)
+    assert Projection.from_dict(projection.to_dict()) == projection

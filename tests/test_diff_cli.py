@@ -78,3 +78,16 @@ def test_bad_inputs_exit_2_with_one_line(pair, tmp_path, capsys, args, message):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_what_if_of_a_deep_capture_without_a_cost_model(tmp_path, capsys):
+    from tests.test_diff import H200, capture, report
+
+    a = report(H200, "bf16", {"backbone": (12.0, 0, 0)}, capture=capture("bf16", {"gemm tc bf16 sm90": 4.0}))
+    path = save(a, tmp_path / "deep.json")
+    assert cli.main(["diff", str(path), "--what-if", "Tesla T4"]) == 0
+    out = capsys.readouterr().out
+    assert "emulated on Tesla T4" in out and "deep capture" in out
+    bare = save(report(H200, "bf16", {"backbone": (12.0, 0, 0)}), tmp_path / "bare.json")
+    assert cli.main(["diff", str(bare), "--what-if", "Tesla T4"]) == 2
+    assert "no cost model" in capsys.readouterr().err

@@ -176,6 +176,8 @@ class Diff:
 NAMED_STEPS = 3
 #: the top rows format_diff prints by default
 TOP_ROWS = 10
+#: the rest's label when every kernel kind is named: the change in time no kernel ran
+OUTSIDE_KERNELS = "outside the kernels (host, syncs, idle)"
 #: rows whose two sides are both under this (ms) are left out (nothing ran there)
 MIN_ROW_MS = 1e-6
 
@@ -210,8 +212,8 @@ def _stage_rows(a: Side, b: Side, ex: Explained) -> list[DiffRow]:
             evidence.update({f"{side}_{k}": v for k, v in reasons.row_counts(cap.get(name)).items()})
         clauses = reasons.stage_reasons(name, a, b, cap_a.get(name), cap_b.get(name))
         if explained is not None and abs(explained) >= MIN_ROW_MS:
-            clauses.append(reasons.spec_clause(a.stage_bound.get(name), a.stage_precision.get(name) or a.precision,
-                                               explained))
+            bound = a.stage_bound.get(name) or b.stage_bound.get(name)  # a projection says how it priced it
+            clauses.append(reasons.spec_clause(bound, a.stage_precision.get(name) or a.precision, explained))
         rows.append(_row("stage", name, sa, sb, clauses, evidence, explained_ms=explained))
     return rows
 
@@ -304,7 +306,9 @@ def _steps(a_ms: float, b_ms: float, explained: float, rows: list[DiffRow]) -> t
     steps = [WaterfallStep("start", "A", a_ms), WaterfallStep("spec", "specs", explained)]
     steps += [WaterfallStep("named", r.name, r.beyond_ms) for r in named[:NAMED_STEPS]]
     rest = (b_ms - a_ms) - explained - sum(s.ms for s in steps[2:])
-    steps += [WaterfallStep("rest", "rest", rest), WaterfallStep("end", "B", b_ms)]
+    # every kernel kind named: what is left is the time outside the kernels (host work, syncs, idle gaps)
+    kinds_named = rows and all(r.level == "kernel_class" for r in rows) and len(named) <= NAMED_STEPS
+    steps += [WaterfallStep("rest", OUTSIDE_KERNELS if kinds_named else "rest", rest), WaterfallStep("end", "B", b_ms)]
     return tuple(steps)
 
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from engine.analysis.diff_side import KindFacts, Side
 from engine.capture.summary import Row
+from engine.core.units import ms_value
 
 #: a count differs when it moved by at least this share of the larger one, and by at least MIN_COUNT_MOVE
 COUNT_MOVE_SHARE = 0.2
@@ -114,9 +115,10 @@ def stage_reasons(stage: str, a: Side, b: Side, a_row: Row | None, b_row: Row | 
 
 def spec_clause(bound: str | None, precision: str, explained_ms: float) -> str:
     """'compute-bound at fp32: the specs explain +59 ms' (what the device change alone does to a stage)."""
-    roof = {"compute": f"compute-bound at {precision}", "memory": "memory-bound"}.get(bound or "", "")
+    roof = {"compute": f"compute-bound at {precision}", "memory": "memory-bound",
+            "kernel classes": "its kernels on the peaks they run at"}.get(bound or "", "")
     sign = "+" if explained_ms >= 0 else "-"
-    return f"{roof + ': ' if roof else ''}the specs explain {sign}{abs(explained_ms):.3g} ms"
+    return f"{roof + ': ' if roof else ''}the specs explain {sign}{ms_value(abs(explained_ms))} ms"
 
 
 def total_reasons(a: Side, b: Side) -> list[str]:

@@ -23,12 +23,16 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from engine.analysis.diff_side import KINDS, OUTSIDE, UNSTAGED, KernelLabel, Side
+from engine.analysis.diff_side import KINDS, OUTSIDE, UNSTAGED, KernelLabel, Side, from_report
 from engine.analysis.whatif_by_batch import project_by_batch
 from engine.core.errors import UserError
-from engine.report.projection import Projection
+from engine.report.projection import PRICED_BY_KERNELS, ProjectedStage, Projection
+from engine.report.schema import Report
 from engine.telemetry import specs
 
+#: how a capture's kernel classes are priced, in words
+CAPTURE_BASIS = ("each kernel class on the peak it runs at (GEMM/conv on tensor cores at their precision, on "
+                 "CUDA cores at fp32, the rest at bandwidth); host time and idle gaps kept")
 #: the precisions of a compute-bound part whose peaks the basis names
 _PEAK_WORDS = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "int8": "int8", "fp8": "fp8"}
 
@@ -93,6 +97,9 @@ def _from_projection(a: Side, p: Projection, how: str, b_spec: specs.GPUSpec | N
     words = peaks_words(src, b_spec, precisions, memory) if src and b_spec else ""
     source = "the projection's own stages" if how == "projection" else "the what-if (engine.analysis.whatif)"
     basis = f"{source}: each stage's roofline on both devices, latency- and host-bound time kept"
+    if p.priced_by == PRICED_BY_KERNELS:
+        words = p.peaks
+        basis = f"{source}: A's deep capture, {CAPTURE_BASIS}"
     return Explained(_ratio(a.total_ms, total), total, basis, by_stage, how=how, peaks=words)
 
 
@@ -128,8 +135,7 @@ def _from_capture(a: Side, b_spec: specs.GPUSpec) -> Explained:
     by_stage = {s: total * ms / kernel_sum for s, ms in kernel_by_stage.items() if s in a.stage_ms} \
         if kernel_sum else {}
     words = peaks_words(a.spec, b_spec, sorted(set(precisions), key=precisions.index), memory)
-    basis = ("A's deep capture: each kernel class on the peak it runs at (GEMM/conv on tensor cores at their "
-             "precision, on CUDA cores at fp32, the rest at bandwidth); host time and idle gaps kept")
+    basis = f"A's deep capture: {CAPTURE_BASIS}"
     return Explained(_ratio(a.total_ms, total), total, basis, by_stage,
                      {k: by_kind.get(k, 0.0) for k in KINDS if k in by_kind}, how="capture", peaks=words)
 
@@ -163,3 +169,33 @@ def explain(a: Side, b: Side) -> Explained:
         why = "A has neither a cost model (FLOPs and bytes per stage) nor a deep capture"
     notes.append(f"the specs cannot be placed: {why}; the whole delta is left to the rows")
     return Explained(None, 0.0, why, how="none", notes=tuple(notes))
+
+
+def capture_projection(report: Report, target: specs.GPUSpec) -> Projection:
+    """A run without a cost model projected onto ``target`` from its deep capture's kernel classes (way 4 above),
+    as a Projection that ``diff`` reads like the what-if's; UserError without a capture to price."""
+    side = from_report(report)
+    if side.capture is None or not side.capture.kernel_class_ms or side.spec is None:
+        raise UserError(f"report {report.short_label()!r} has neither a cost model (FLOPs and bytes per stage) nor "
+                        "a deep capture with kernel classes, so it cannot be projected",
+                        "count it: trackscope compare REPORT --what-if GPU, or record it with trackscope bench "
+                        "(--deep for a capture)")
+    ex = _from_capture(side, target)
+    stages: dict[str, ProjectedStage] = {}
+    outside = side.stage_ms.get(OUTSIDE, 0.0)
+    for name, ms in side.stage_ms.items():
+        moved = ex.by_stage.get(name, 0.0)
+        if name == OUTSIDE and not moved:
+            continue  # kept, as the what-if keeps the time outside every stage
+        stages[UNSTAGED if name == OUTSIDE else name] = ProjectedStage(
+            observed_ms=ms, projected_ms=ms + moved, bound="kernel classes" if moved else "unknown",
+            precision=side.stage_precision.get(name, report.precision), kept=not moved)
+    placed = UNSTAGED in stages
+    projected = sum(s.projected_ms or 0.0 for s in stages.values()) + (0.0 if placed else outside)
+    assumptions = (f"no cost model: priced from the deep capture's kernel classes ({ex.peaks})",
+                   "kernel times as captured under the profiler, host time and GPU idle gaps kept as observed; "
+                   "overlapping streams count each kernel in full")
+    return Projection(report=side.label, source=side.spec.name, target=target.name, precision=report.precision,
+                      stages=stages, observed_ms=side.total_ms, projected_ms=projected,
+                      outside_stages_ms=outside, assumptions=assumptions, priced_by=PRICED_BY_KERNELS,
+                      peaks=ex.peaks)

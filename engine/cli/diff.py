@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.analysis.diff import TOP_ROWS, diff_runs, format_diff
+from engine.analysis.diff_split import capture_projection
 from engine.analysis.whatif import target_spec
 from engine.analysis.whatif_by_batch import project_by_batch
 from engine.core.atomic import atomic_open
@@ -91,7 +92,13 @@ def run(args: argparse.Namespace) -> int:
         a = load_side(args.runs[0])
         if not isinstance(a, Report):
             raise UserError(f"{args.runs[0]} is a projection already; --what-if projects a measured run")
-        b: Report | Projection = Projection.from_dict(project_by_batch(a, target.name))
+        b: Report | Projection
+        try:
+            b = Projection.from_dict(project_by_batch(a, target.name))
+        except UserError:
+            if a.work or a.capture_summary is None:
+                raise  # the what-if's own reason (cold only, nothing movable, ...)
+            b = capture_projection(a, target)  # no cost model: priced from its capture's kernel classes
     else:
         if len(args.runs) != 2:
             raise UserError(f"diff needs two runs (got {len(args.runs)})",

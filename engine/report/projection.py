@@ -23,6 +23,9 @@ MAX_PROJECTED_STAGES = 10_000
 MAX_ASSUMPTIONS = 10_000
 #: the keys that make a plain JSON object a projection (what project() always writes)
 PROJECTION_KEYS = ("source", "target", "stages", "projected_ms")
+#: how a projection priced the stages: the what-if's roofline per stage, or a deep capture's kernel classes
+PRICED_BY_ROOFLINE = "roofline"
+PRICED_BY_KERNELS = "kernel classes"
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,8 @@ class Projection:
     mode_path: str = ""  # a quantised mode's path on the target ("int8 instead")
     assumptions: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    priced_by: str = PRICED_BY_ROOFLINE  # how: each stage's roofline (the what-if), or a capture's kernel classes
+    peaks: str = ""  # the peaks compared, in words ("fp32 peak 67 vs 8.1 TF/s, bandwidth 4.8 vs 0.32 TB/s")
 
     @property
     def stage_ms(self) -> dict[str, float]:
@@ -135,7 +140,7 @@ class Projection:
                    precision=f.string("precision", ""), stages=stages, observed_ms=f.opt_number("observed_ms"),
                    projected_ms=f.number("projected_ms"), outside_stages_ms=f.number("outside_stages_ms", 0.0),
                    mode_path=f.string("mode_path", ""), assumptions=f.strings("assumptions", MAX_ASSUMPTIONS),
-                   extra=f.rest())
+                   priced_by=f.string("priced_by", PRICED_BY_ROOFLINE), peaks=f.string("peaks", ""), extra=f.rest())
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON with the format marker (``trackscope diff`` and the app recognise it by that)."""
@@ -143,7 +148,9 @@ class Projection:
                 "source": self.source, "target": self.target, "precision": self.precision,
                 "mode_path": self.mode_path, "stages": {k: v.to_dict() for k, v in self.stages.items()},
                 "observed_ms": self.observed_ms, "projected_ms": self.projected_ms,
-                "outside_stages_ms": self.outside_stages_ms, "assumptions": list(self.assumptions), **self.extra}
+                "outside_stages_ms": self.outside_stages_ms, "assumptions": list(self.assumptions),
+                **({"priced_by": self.priced_by} if self.priced_by != PRICED_BY_ROOFLINE else {}),
+                **({"peaks": self.peaks} if self.peaks else {}), **self.extra}
 
 
 def is_projection(data: Any) -> bool:
