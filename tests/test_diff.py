@@ -265,3 +265,14 @@ def test_a_run_without_a_cost_model_is_projected_from_its_capture_and_reads_like
     assert pair.split.explained_ms == pytest.approx(beside.split.explained_ms)
     assert pair.split.rest_ms == pytest.approx(5.0)
     assert Projection.from_dict(projection.to_dict()) == projection
+
+
+def test_a_run_without_a_finished_run_is_said_and_has_no_waterfall():
+    a, b = cross_device_pair()
+    data = a.to_dict()
+    data["runs"] = [{"stage_ms": {}, "batches": [], "status": "failed", "wall_ms": 0}]
+    data["totals"] = {"stage_ms": {}}
+    d = diff_runs(Report.from_dict(data), b)
+    assert d.a_ms is None and d.split.total_ratio is None and d.split.steps == ()
+    assert any("A has no finished run" in n for n in d.notes)
+    assert "B/A -" in format_diff(d)

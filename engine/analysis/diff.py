@@ -336,6 +336,9 @@ def diff_runs(a: Report | Projection | Mapping[str, Any], b: Report | Projection
                 what = "is a projection" if side.is_projection else "has no deep capture"
                 notes.append(f"{name} {what}: module, function and kernel-class rows need a capture on both "
                              "sides; stages only")
+    for name, side in (("A", sa), ("B", sb)):
+        if side.total_ms is None:
+            notes.append(f"{name} has no finished run (no typical time): no ratio and no waterfall")
     if ex.ratio is None:
         notes.append("the specs' part is not placed: every delta is beyond the specs")
     ranked = tuple(sorted(rows, key=lambda r: -abs(r.delta_ms)))
