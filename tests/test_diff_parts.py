@@ -143,3 +143,18 @@ def test_a_malformed_projection_is_named(data, message):
 
     with pytest.raises(ReportError, match=message):
         Projection.from_dict(data)
+
+
+def test_a_fresh_deep_capture_is_its_typed_part_and_its_findings_typed():
+    from engine.capture.summary import CaptureSummary
+    from engine.workflows.deep import DeepCapture
+
+    found = {"rule": "host_sync", "severity": "warning", "title": "syncs", "evidence": {"share": 0.1},
+             "suggestion": "", "stage": "refine", "module": None, "call_site": "model.py:88 sample"}
+    deep = DeepCapture(summary=CaptureSummary(device="cuda:0", precision="bf16", torch_version="2.11"),
+                       findings=[found], seconds=1.5, ops=10)
+    part = deep.part()
+    assert part.raw is None and part.to_dict() == deep.to_dict() and part.trace_file is None
+    (typed,) = deep.typed_findings
+    assert typed.source == "capture" and typed.site == "model.py:88" and typed.share_at_stake == 0.1
+    assert typed.to_dict() == found
