@@ -74,6 +74,10 @@ from engine.analysis.whatif import project
 from engine.analysis.whatif import mode_label as whatif_mode_label
 from engine.analysis.whatif_by_batch import project_by_batch
 from engine.analysis.compare import compare_reports
+from engine.analysis.diff import Diff, DiffRow, SpecSplit, WaterfallStep, diff_runs, format_diff
+from engine.report.projection import Projection
+from engine.report.capture_part import CapturePart
+from engine.report.finding import as_finding
 from engine.analysis.metrics import Divergence, divergence, tapvid_metrics
 from engine.analysis.tradeoff import (
     BASELINE_PRECISION,
@@ -186,6 +190,8 @@ __all__ = [
     "resolve_device",
     "resources_dir", "row_from_report", "run_accuracy", "run_title", "sample_video_path", "save", "save_tracks",
     "tunable_settings", "values_taken",
+    "Diff", "DiffRow", "Projection", "SpecSplit", "WaterfallStep", "diff_runs", "format_diff",
+    "CapturePart", "as_finding",
     "specs", "speedup_over", "tapvid_metrics", "track_arrays", "tradeoff_accuracy_axis", "write_video",
     "DIFF_LEVELS", "Diff", "DiffRow", "SpecSplit", "WaterfallStep",
 ]

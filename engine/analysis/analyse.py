@@ -18,12 +18,13 @@ from engine.analysis.facts import Finding
 from engine.analysis.roofline import Cost, report_cost
 from engine.analysis.rules import diagnose, diagnose_many
 from engine.capture.rules import diagnose_capture
-from engine.capture.summary import CaptureSummary
-from engine.core.errors import ReportError
+from engine.report.finding import as_finding
 from engine.report.parts import RecordedFinding
 from engine.report.schema import Report, as_report
 
 log = logging.getLogger(__name__)
+#: severities, most severe first, as sort keys
+SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 
 
 def _key(rule: str, stage: str | None, label: str | None) -> tuple[str, str | None, str | None]:
@@ -38,12 +39,19 @@ class Analysis:
     costs: tuple[Cost | None, ...]  # per report: its stages on the roofline (None: nothing counted)
     findings: tuple[Finding, ...]  # today's rules, most severe first
     recorded_findings: tuple[RecordedFinding, ...] = ()  # what the files' writers froze into them
-    capture_findings: tuple[dict[str, Any], ...] = ()  # today's capture rules on the deep-capture summaries
+    capture_findings: tuple[Finding, ...] = ()  # today's capture rules on the deep-capture summaries
 
     @property
     def cost(self) -> Cost | None:
         """The roofline of the first (usually the only) report."""
         return self.costs[0] if self.costs else None
+
+    def all_findings(self) -> tuple[Finding, ...]:
+        """Every finding in one list: today's rules and today's capture rules (most severe first), then the
+        recorded ones today's rules no longer give; each says its ``source``."""
+        today = sorted((*self.findings, *self.capture_findings),
+                       key=lambda f: SEVERITY_RANK.get(f.severity, len(SEVERITY_RANK)))
+        return (*today, *self.recorded_only())
 
     def recorded_only(self) -> tuple[RecordedFinding, ...]:
         """Recorded findings that today's rules no longer give (same rule, stage and report)."""
@@ -65,19 +73,19 @@ def _recorded(reports: Iterable[Report], extra: Iterable[RecordedFinding]) -> tu
     return (*out, *extra)
 
 
-def capture_findings(report: Report) -> tuple[dict[str, Any], ...]:
+def capture_findings(report: Report) -> tuple[Finding, ...]:
     """Today's capture rules on a report's deep-capture summary (none without one, or with one this
-    version cannot read), each labelled with its report."""
-    if not report.capture:
+    version cannot read), each labelled with its report; the rules' dicts become Findings here."""
+    part = report.capture_part if report.capture else None
+    if part is None:
         return ()
-    try:
-        summary = CaptureSummary.from_dict(report.capture)
-    except ReportError as exc:
-        log.warning("capture section of %s not analysed: %s", report.short_label(), exc.message)
+    summary = part.summary
+    if summary is None:
+        log.warning("capture section of %s not analysed: %s", report.short_label(), part.read_error)
         return ()
     found = diagnose_capture(summary, precision=report.precision, capability=report.capability,
                              typical_wall_ms=report.totals.warm_ms_median, device_name=report.device_name)
-    return tuple({**f, "label": report.label or None} for f in found)
+    return tuple(Finding.from_capture(f, label=report.label or None) for f in found)
 
 
 #: telemetry- and op-count rules a capture answers precisely: where a report's capture names a host-side
@@ -87,11 +95,13 @@ SUPERSEDED_BY_CAPTURE = ("host_bound", "launch_bound", "untimed_work")
 HOST_CAUSES = ("host_sync", "cpu_round_trip", "launch_bound_capture", "gpu_idle_gaps")
 
 
-def _defer_to_captures(findings: Sequence[Finding], captured: Sequence[Mapping[str, Any]]) -> tuple[Finding, ...]:
+def _defer_to_captures(findings: Sequence[Finding], captured: Sequence[Finding | Mapping[str, Any]]
+                       ) -> tuple[Finding, ...]:
     """Existing rules use the capture when there is one: host_bound / launch_bound / untimed_work of a report
     whose capture names the host-side cause are dropped (the capture finding says it with module and call
     site); without such a capture finding they stay."""
-    explained = {f.get("label") for f in captured if f["rule"] in HOST_CAUSES and f["severity"] != "info"}
+    typed = [as_finding(f) for f in captured]
+    explained = {f.label for f in typed if f.rule in HOST_CAUSES and f.severity != "info"}
     return tuple(x for x in findings if not (x.rule in SUPERSEDED_BY_CAPTURE and (x.label or None) in explained))
 
 
@@ -126,14 +136,15 @@ def format_recorded(findings: Sequence[RecordedFinding]) -> str:
     return "\n".join(lines)
 
 
-def format_capture_findings(findings: Sequence[Mapping[str, Any]]) -> str:
+def format_capture_findings(findings: Sequence[Finding | Mapping[str, Any]]) -> str:
     """Capture findings as text, one block each (rule, title, where, suggestion)."""
     lines = []
-    for f in findings:
-        where = " ".join(str(x) for x in (f.get("module"), f.get("call_site")) if x)
-        label = f" [{f['label']}]" if f.get("label") else ""
+    for f in (as_finding(x) for x in findings):
+        where = " ".join(str(x) for x in (f.module, f.call_site) if x)
+        label = f" [{f.label}]" if f.label else ""
         where = f" ({where})" if where else ""
-        lines.append(f"{str(f['severity']).upper():8s} {f['rule']}{label}: {f['title']}{where}")
-        if f.get("suggestion"):
-            lines.append(f"         suggestion: {f['suggestion']}")
+        lines.append(f"{f.severity.upper():8s} {f.rule}{label}: {f.title}{where}")
+        if f.suggestion:
+            lines.append(f"         suggestion: {f.suggestion}")
     return "\n".join(lines)
+

@@ -1,4 +1,5 @@
-"""Diagnosis building blocks: the Finding record and the numbers (Facts) the rules read from a report."""
+"""Diagnosis building blocks: the numbers (Facts) the rules read from a report, and the Finding they make (the one
+finding type, engine.report.finding)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from typing import Any
 import numpy as np
 
 from engine.analysis.roofline import Cost, StageRoofline, report_cost
+from engine.report.finding import Finding
 from engine.report.schema import Report
 from engine.telemetry.specs import GPUSpec
 
 SEVERITIES = ("critical", "warning", "info")
+__all__ = ["Facts", "Finding", "SEVERITIES", "facts"]
 STAGE_SHARE_MIN = 0.15  # a stage must take this share of the run to be worth a finding
 STAGE_MS_MIN = 1.0
 ROOFLINE_LOW_PCT = 5.0  # a stage under this percent of its roofline
@@ -20,40 +23,6 @@ GPU_IDLE_BUSY_PCT = 40.0  # mean GPU busy under this is "the GPU waits"
 BUSY_SAMPLE_PCT = 20.0  # a telemetry sample counts as "busy" above this GPU busy
 WINDOW_MIN_SAMPLES = 3  # utilisation rules judge the warm runs only when this many samples cover them
 WINDOW_LAG_S = 0.1  # NVML utilisation describes the period before its sample: one sample past the end counts
-
-
-@dataclass
-class Finding:
-    """One diagnosis: what is wrong, how sure (severity), the numbers behind it, what to change."""
-
-    rule: str
-    severity: str
-    title: str
-    evidence: dict[str, float]
-    suggestion: str
-    stage: str | None = None
-    label: str | None = None  # the report it concerns (diagnose_many)
-    stake_ms: float | None = None  # the time of each run it explains (orders findings of one severity)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"rule": self.rule, "severity": self.severity, "title": self.title,
-                               "evidence": {k: _num(v) for k, v in self.evidence.items()},
-                               "suggestion": self.suggestion}
-        if self.stage is not None:
-            out["stage"] = self.stage
-        if self.label is not None:
-            out["label"] = self.label
-        if self.stake_ms is not None and math.isfinite(self.stake_ms):
-            out["stake_ms"] = float(self.stake_ms)
-        return out
-
-
-def _num(value: Any) -> float | None:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return round(v, 4) if math.isfinite(v) else None
 
 
 # -- facts pulled out of a report -------------------------------------------------------------

@@ -8,6 +8,7 @@ grows while its counted work does is dominated by per-op overhead.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from engine.analysis.facts import (
@@ -149,6 +150,4 @@ def group_growth(group: list[tuple[Report, Cost | None]]) -> list[Finding]:
             if ratios:
                 counted_ratio[stage] = max(ratios)
     found = growth_findings(samples, largest, flops_ratio, counted_ratio)
-    for x in found:
-        x.label = largest.label or None
-    return found
+    return [dataclasses.replace(x, label=largest.label or None) for x in found]

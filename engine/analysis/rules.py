@@ -8,6 +8,7 @@ named thresholds. ``trackscope diagnose REPORT.json`` prints the findings of a r
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
@@ -343,9 +344,7 @@ def diagnose(report: Report | Mapping[str, Any], cost: Cost | None = None) -> li
         findings += rule(f)
     if not any(x.severity in ("critical", "warning") for x in findings):  # a fallback when nothing explains it
         findings += rule_below_roofline(f, _explained(findings))[:1]
-    for x in findings:
-        x.label = x.label or f.label or None
-    return _sorted(findings)
+    return _sorted([dataclasses.replace(x, label=x.label or f.label or None) for x in findings])
 
 
 def _group_key(report: Report) -> tuple:
@@ -388,11 +387,12 @@ def _one_cold_start(findings: list[Finding], num_reports: int) -> list[Finding]:
         return findings
     worst = max(cold, key=lambda x: x.stake_ms or 0.0)
     others = sorted(x.stake_ms or 0.0 for x in cold if x is not worst)
-    worst.evidence.update({"configurations": len(cold), "of_configurations": num_reports,
-                           "next_worst_excess_ms": others[-1]})
-    worst.title += (f"; the worst of {len(cold)} of {num_reports} configurations with first-run setup "
-                    f"(the others: {others[0] / MS_PER_S:.2g}-{others[-1] / MS_PER_S:.2g} s)")
-    return [x for x in findings if x.rule != "cold_start" or x is worst]
+    one = dataclasses.replace(
+        worst, evidence={**worst.evidence, "configurations": len(cold), "of_configurations": num_reports,
+                         "next_worst_excess_ms": others[-1]},
+        title=worst.title + (f"; the worst of {len(cold)} of {num_reports} configurations with first-run setup "
+                             f"(the others: {others[0] / MS_PER_S:.2g}-{others[-1] / MS_PER_S:.2g} s)"))
+    return [one if x is worst else x for x in findings if x.rule != "cold_start" or x is worst]
 
 
 # -- CLI ---------------------------------------------------------------------------------------

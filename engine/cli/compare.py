@@ -21,6 +21,7 @@ from engine.core.atomic import atomic_open
 from engine.core.errors import ReportError, UserError
 from engine.core.outputs import check_output_path, write_error
 from engine.report.files import load_reports
+from engine.report.projection import Projection
 from engine.report.schema import Report
 from engine.workflows.warm_runs import WARM_RUNS
 
@@ -78,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         reports = [with_counted_work(r, device=args.count_device, log=_note) for r in reports]
         results = [project_by_batch(r, args.what_if) for r in reports]  # each batch at its precision
         print("\n\n".join(format_projection(r) for r in results))
-        payload: Any = results if len(results) > 1 else results[0]
+        typed = [Projection.from_dict(r).to_dict() for r in results]  # marked: `trackscope diff` opens it
+        payload: Any = typed if len(typed) > 1 else typed[0]
     else:
         if len(reports) != 2:
             raise UserError(f"compare needs two reports (got {len(reports)})",

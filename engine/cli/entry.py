@@ -35,6 +35,7 @@ SUBCOMMANDS = {
     "sample": ("engine.cli.sample", "write synthetic videos with ground truth"),
     "bench": ("engine.cli.bench", "benchmark precisions x batch sizes, write reports"),
     "compare": ("engine.cli.compare", "compare two run reports stage by stage"),
+    "diff": ("engine.cli.diff", "diff two runs (or a run and its projection): deltas, reasons, what the specs explain"),
     "diagnose": ("engine.cli.diagnose", "print the findings of a run report"),
     "gate": ("engine.cli.gate", "hold a run against a baseline with tolerances: exit 0 pass, 1 fail (CI)"),
     "train": ("engine.cli.train", "train the CorrTrack model on synthetic videos"),

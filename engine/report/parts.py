@@ -19,6 +19,7 @@ from engine.core.config import RunConfig
 from engine.core.errors import ReportError
 from engine.io.geometry import VideoGeometry
 from engine.report.fields import Fields, bool_array, fail, integer_value, number_array, number_value, to_json
+from engine.report.finding import Finding
 
 #: most runs, batches per run, stages, findings, warnings a report may hold
 MAX_RUNS = 100_000
@@ -541,32 +542,10 @@ class Tracks(_ArrayEq):
                 "visible": to_json(self.visible)}
 
 
-@dataclass(frozen=True)
-class RecordedFinding:
-    """A finding a writer froze into the file: shown as "recorded", never re-used as today's diagnosis."""
-
-    rule: str
-    severity: str
-    title: str
-    evidence: dict[str, Any] = field(default_factory=dict)
-    suggestion: str = ""
-    stage: str | None = None
-    label: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_dict(cls, data: Any, path: str = "finding") -> RecordedFinding:
-        f = Fields(data, path)
-        return cls(rule=f.string("rule", ""), severity=f.string("severity", "info"), title=f.string("title", ""),
-                   evidence=f.opaque_map("evidence") or {}, suggestion=f.string("suggestion", ""),
-                   stage=f.opt_string("stage"), label=f.opt_string("label"), extra=f.rest())
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {"rule": self.rule, "severity": self.severity, "title": self.title, "evidence": self.evidence,
-               "suggestion": self.suggestion, "stage": self.stage, "label": self.label}
-        return {**_without_none(out), **self.extra}
+#: a finding a writer froze into the file: shown as "recorded", never re-used as today's diagnosis (the one
+#: finding type, of source "recorded")
+RecordedFinding = Finding
 
 
-def read_findings(f: Fields, key: str = "recorded_findings") -> tuple[RecordedFinding, ...]:
-    return tuple(RecordedFinding.from_dict(v, p) for p, v in f.items(key, MAX_FINDINGS))
-
+def read_findings(f: Fields, key: str = "recorded_findings") -> tuple[Finding, ...]:
+    return tuple(Finding.from_dict(v, p, source="recorded") for p, v in f.items(key, MAX_FINDINGS))

@@ -9,15 +9,17 @@ readers keep asking a report: its typical run, the device it ran on, its telemet
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from engine.core.config import RunConfig
 from engine.core.errors import ReportError
+from engine.report.capture_part import CapturePart
 from engine.report.fields import Fields, fail, to_json
 from engine.report.migrate import BENCH_FORMAT, REPORT_FORMAT, REPORT_VERSION, file_version, migrate
 from engine.report.parts import (
@@ -41,6 +43,9 @@ from engine.report.parts import (
     read_config,
     read_findings,
 )
+
+if TYPE_CHECKING:
+    from engine.capture.summary import CaptureSummary
 
 #: reports one bench file may hold, and rows of its table
 MAX_REPORTS = 10_000
@@ -88,7 +93,7 @@ class Report:
     accuracy: Accuracy | None = None
     tracks: Tracks | None = None
     recorded_findings: tuple[RecordedFinding, ...] = ()
-    capture: dict[str, Any] | None = None  # a deep-capture summary, opaque for now
+    capture: dict[str, Any] | None = None  # a deep capture's JSON as read or given; typed: capture_part
     direct: DirectReference | None = None  # the tracker called alone beside the runs (bench); None: not measured
     extra: dict[str, Any] = field(default_factory=dict)
     #: the version the data had before migration (not part of equality; to_dict always writes REPORT_VERSION)
@@ -143,6 +148,18 @@ class Report:
             "recorded_findings": [x.to_dict() for x in self.recorded_findings],
             "capture": self.capture, "direct": self.direct.to_dict() if self.direct else None, **self.extra,
         }
+
+    @functools.cached_property
+    def capture_part(self) -> CapturePart | None:
+        """The deep capture as a typed part (its summary, the capture pass's facts), read once; None without one.
+        A capture this version cannot read is a part whose ``summary`` is None and ``read_error`` says why."""
+        return CapturePart.from_dict(self.capture) if self.capture is not None else None
+
+    @property
+    def capture_summary(self) -> CaptureSummary | None:
+        """The deep capture's typed summary; None without a capture or with one this version cannot read."""
+        part = self.capture_part
+        return part.summary if part is not None else None
 
     # -- runs ----------------------------------------------------------------------------------
     @property

@@ -24,6 +24,8 @@ from typing import Any
 from engine.capture import CaptureSummary, capture_session, diagnose_capture, summarize, write_trace
 from engine.capture.profile import CaptureLimits
 from engine.core.units import format_ms, ms_value
+from engine.report.capture_part import CapturePart
+from engine.report.finding import Finding
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,15 @@ class DeepCapture:
     @property
     def error(self) -> str | None:
         return self.summary.error
+
+    @property
+    def typed_findings(self) -> tuple[Finding, ...]:
+        """The capture's findings as the one Finding type (``findings`` stays the rules' dicts, as the app reads)."""
+        return tuple(Finding.from_capture(f) for f in self.findings)
+
+    def part(self) -> CapturePart:
+        """The report's ``capture`` section as its typed part."""
+        return CapturePart.from_dict(self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         """The report's ``capture`` section: the summary plus where its trace is and what the pass cost."""
