@@ -106,7 +106,6 @@ from engine.analysis.tradeoff import accuracy_axis as tradeoff_accuracy_axis
 
 # -- the diff of two runs: its model, which the app's diff view draws (``diff_runs`` fills it) ------------------
 from engine.analysis.diff import LEVELS as DIFF_LEVELS
-from engine.analysis.diff import Diff, DiffRow, SpecSplit, WaterfallStep
 # isort: on
 
 #: the file names write_video can write (the overlaid-video export checks its path against them first)
@@ -193,5 +192,5 @@ __all__ = [
     "Diff", "DiffRow", "Projection", "SpecSplit", "WaterfallStep", "diff_runs", "format_diff",
     "CapturePart", "as_finding",
     "specs", "speedup_over", "tapvid_metrics", "track_arrays", "tradeoff_accuracy_axis", "write_video",
-    "DIFF_LEVELS", "Diff", "DiffRow", "SpecSplit", "WaterfallStep",
+    "DIFF_LEVELS",
 ]
