@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import re
 import statistics
 import sys
@@ -425,13 +426,16 @@ class Bench:
             if instrumented and self.sampler is not None:
                 self.sampler.start()
             try:
-                self._settled(lambda timing=instrumented: self._session(config, timing=timing).run())
+                self._settled(functools.partial(self._run_once, config, instrumented))
                 for _ in range(min(OVERHEAD_BLOCK, repeat - len(runs))):
                     runs.append(self._checked(self._session(config, timing=instrumented).run()).wall_ms)
             finally:
                 if self.sampler is not None:
                     self.sampler.stop()
         return on_ms, off_ms
+
+    def _run_once(self, config: RunConfig, timing: bool) -> Finished | Failed:
+        return self._session(config, timing=timing).run()
 
     def _settled(self, untimed_run: Callable[[], Any]) -> None:
         """The entry of every timed block: a ``SAMPLER_SETTLE_S`` pause (a sampler started just before takes its
