@@ -276,3 +276,19 @@ def test_a_run_without_a_finished_run_is_said_and_has_no_waterfall():
     assert d.a_ms is None and d.split.total_ratio is None and d.split.steps == ()
     assert any("A has no finished run" in n for n in d.notes)
     assert "B/A -" in format_diff(d)
+
+
+def test_a_row_below_one_sides_recorded_cut_is_left_out_not_called_only_in_the_other(monkeypatch):
+    """A capture keeps its largest module rows only: a module missing from a full list may have run below the cut,
+    so its delta is unknown (left out, with a note); missing from a short list, it is "only in" the other side."""
+    import engine.analysis.diff as diff_mod
+
+    a = report(H200, "fp32", {"backbone": (20.0, 0, 0)}, capture=capture("fp32", {"other fp32": 10.0}))
+    b_capture = dataclasses.replace(capture("bf16", {"other bf16": 5.0}), modules=(row("", "net.conv1", 4.0),))
+    b = report(H200, "bf16", {"backbone": (6.0, 0, 0)}, capture=b_capture)
+    short = {r.name: r for r in diff_runs(a, b).rows if r.level == "module"}
+    assert "only in A" in short["net.head"].reason  # B's list (1 row) is not full: net.head did not run there
+    monkeypatch.setattr(diff_mod, "TOP_MODULES", 1)  # B's list is full now
+    d = diff_runs(a, b)
+    full = {r.name for r in d.rows if r.level == "module"}
+    assert full == {"net.conv1"} and any("1 module or function rows left out" in n for n in d.notes)

@@ -15,6 +15,8 @@ from typing import Any
 from engine.analysis import diff_reasons as reasons
 from engine.analysis.diff_side import KINDS, Side, read_side
 from engine.analysis.diff_split import Explained, explain
+from engine.capture.gather import TOP_ROWS as EVIDENCE_ROWS
+from engine.capture.summary import TOP_MODULES
 from engine.core.errors import ReportError
 from engine.core.units import ms_value, ratio_value
 from engine.report.fields import Fields
@@ -183,11 +185,14 @@ MIN_ROW_MS = 1e-6
 
 
 def _row(level: str, name: str, a_ms: float | None, b_ms: float | None, clauses: list[str],
-         evidence: dict[str, Any] | None = None, parent: str = "", explained_ms: float | None = None) -> DiffRow:
-    if a_ms is None and b_ms is not None:
-        clauses = ["only in B", *clauses]
-    elif b_ms is None and a_ms is not None:
-        clauses = ["only in A", *clauses]
+         evidence: dict[str, Any] | None = None, parent: str = "", explained_ms: float | None = None,
+         kept: tuple[int | None, int | None] = (None, None)) -> DiffRow:
+    """One row; ``kept``: how many rows of this level each side's capture keeps when its list is full (then a
+    row missing there may have run below its cut: said so, not "only in")."""
+    for missing, other, side, cap in ((a_ms, b_ms, "A", kept[0]), (b_ms, a_ms, "B", kept[1])):
+        if missing is None and other is not None:
+            clauses = [f"below {side}'s top {cap} recorded rows" if cap else f"only in {'B' if side == 'A' else 'A'}",
+                       *clauses]
     return DiffRow(level, name, a_ms, b_ms, reasons.joined(clauses), evidence or {}, parent, explained_ms)
 
 
@@ -267,8 +272,19 @@ def _module_rows(a: Side, b: Side) -> list[DiffRow]:
         if rb:
             evidence["b_wall_ms_profiled"] = rb.wall_ms
         rows.append(_row("module", name, ra.kernel_ms if ra else None, rb.kernel_ms if rb else None,
-                         reasons.count_changes(ca, cb) if ra and rb else [], evidence, _parent_module(name, names)))
+                         reasons.count_changes(ca, cb) if ra and rb else [], evidence, _parent_module(name, names),
+                         kept=(_full(ma, TOP_MODULES), _full(mb, TOP_MODULES))))
     return rows
+
+
+def _full(rows: Mapping[str, Any], cap: int) -> int | None:
+    """``cap`` when a capture's list of rows holds that many (rows below its cut were not recorded), else None."""
+    return cap if len(rows) >= cap else None
+
+
+def _full_functions(side: Side) -> int | None:
+    assert side.capture is not None
+    return _full({str(i): f for i, f in enumerate(side.capture.evidence.functions)}, EVIDENCE_ROWS)
 
 
 def _functions(side: Side) -> dict[str, dict[str, Any]]:
@@ -296,7 +312,8 @@ def _function_rows(a: Side, b: Side) -> list[DiffRow]:
         evidence = {**{f"a_{k}": v for k, v in ca.items()}, **{f"b_{k}": v for k, v in cb.items()}}
         parent = (ea or eb or {}).get("module", "")
         rows.append(_row("function", name, ea["kernel_ms"] if ea else None, eb["kernel_ms"] if eb else None,
-                         reasons.count_changes(ca, cb) if ea and eb else [], evidence, parent))
+                         reasons.count_changes(ca, cb) if ea and eb else [], evidence, parent,
+                         kept=(_full_functions(a), _full_functions(b))))
     return rows
 
 
@@ -326,7 +343,12 @@ def diff_runs(a: Report | Projection | Mapping[str, Any], b: Report | Projection
     rows += _stage_rows(sa, sb, ex)
     if sa.capture is not None and sb.capture is not None:
         kinds = _kind_rows(sa, sb, ex)
-        rows += kinds + _module_rows(sa, sb) + _function_rows(sa, sb)
+        finer = _module_rows(sa, sb) + _function_rows(sa, sb)
+        cut = [r for r in finer if "recorded rows" in r.reason]
+        if cut:  # their delta is not known: one side ran them below its capture's cut
+            notes.append(f"{len(cut)} module or function rows left out: below one side's recorded top rows "
+                         "(a capture keeps the largest), so their delta is not known")
+        rows += kinds + [r for r in finer if r not in cut]
         notes.append("module, function and kernel-class rows are GPU kernel ms of each side's captured run "
                      "(the profiler slows the host, hardly the kernels)")
     else:
