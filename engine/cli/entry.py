@@ -37,6 +37,7 @@ SUBCOMMANDS = {
     "compare": ("engine.cli.compare", "compare two run reports stage by stage"),
     "diagnose": ("engine.cli.diagnose", "print the findings of a run report"),
     "train": ("engine.cli.train", "train the CorrTrack model on synthetic videos"),
+    "fleet": ("engine.cli.fleet", "bench configurations on every GPU of a Ray cluster, one folder"),
 }
 #: entry point group of the verbs that installed packages add (name = "module")
 ENTRY_POINT_GROUP = "trackscope.commands"

@@ -1,0 +1,126 @@
+"""The fleet's worker: one long-lived Ray actor per GPU, running bench configurations with ``Bench`` itself.
+
+The actor is built once per GPU: torch imported, CUDA initialised, the tracker loaded (its weights read once,
+its graphs compiled once) and the telemetry sampler opened on the GPU Ray gave it (by UUID: engine.telemetry.nvml).
+Then ``run`` is called once per configuration, in order; it is ``Bench.run_config``, the code ``trackscope bench``
+runs, so a fleet report is a bench report. The frames come once, through Ray's object store.
+
+This module is a plain class: ``engine.fleet.runner`` makes it a Ray actor (``ray.remote``) with the GPU and
+accelerator-type resources of its slot. Nothing here raises into Ray: a tracker that fails to load or a
+configuration that fails comes back as an ``error`` string, so the driver can say which and go on.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+#: bench settings a fleet passes through to every actor's Bench (the bench CLI's flags)
+BENCH_OPTIONS = ("timing", "telemetry", "cost", "deep", "direct")
+
+
+def _error_text(exc: BaseException) -> str:
+    return str(exc) if getattr(exc, "message", None) else f"{type(exc).__name__}: {exc}"
+
+
+class FleetWorker:
+    """One GPU (or the CPU): a Bench over the shared input, kept for every configuration of the fleet."""
+
+    def __init__(self, data: Any, tracker: str, device: str, warmup: int, repeat: int,
+                 options: dict[str, bool] | None = None):
+        started = time.perf_counter()
+        self.warmup = warmup
+        self.repeat = repeat
+        self.error = ""
+        self.bench: Any = None
+        self.facts: dict[str, Any] = {"pid": os.getpid(), "host": socket.gethostname(),
+                                      "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+        self.facts.update(_ray_facts())
+        options = dict(options or {})
+        self.trace_dir = Path(tempfile.mkdtemp(prefix="trackscope-fleet-")) if options.get("deep") else None
+        try:
+            from engine.workflows.bench import Bench
+
+            self.bench = Bench(data, tracker, device, log=lambda _text: None, trace_dir=self.trace_dir,
+                               **{k: bool(v) for k, v in options.items() if k in BENCH_OPTIONS})
+            self.facts.update(_device_facts(self.bench.device))
+            if self.bench.sampler is not None:  # as Bench.sweep does: one sampler across every configuration
+                self.bench.sampler.start()
+        except (Exception, SystemExit) as exc:  # the driver reports it per configuration and goes on
+            self.error = _error_text(exc)
+        self.facts["startup_ms"] = (time.perf_counter() - started) * 1e3
+
+    def describe(self) -> dict[str, Any]:
+        """Where this actor runs and what it uses: node, GPU ids, device, GPU name and UUID; ``error`` when the
+        tracker could not be loaded."""
+        return {**self.facts, "error": self.error}
+
+    def run(self, precision: str, points_per_batch: int, frames_per_batch: int) -> dict[str, Any]:
+        """One configuration through ``Bench.run_config``: the row, the report (JSON-ready, as ``save`` writes it),
+        the deep capture's trace bytes, and the bench's own time (ms), measured here."""
+        from engine.core.config import RunConfig
+        from engine.report.fields import to_json
+
+        if self.bench is None:
+            return {"error": self.error or "the bench did not start"}
+        bench = self.bench
+        t0 = time.perf_counter()
+        reports_before = len(bench.reports)
+        try:  # the config exactly as Bench.sweep builds it
+            config = RunConfig(tracker=bench.tracker_name, device=bench.device_arg, precision=precision,
+                               points_per_batch=points_per_batch, frames_per_batch=frames_per_batch)
+            row = bench.run_config(config, self.warmup, self.repeat)
+            bench.rows.append(row)
+        except (Exception, SystemExit) as exc:
+            return {"error": _error_text(exc), "bench_ms": (time.perf_counter() - t0) * 1e3}
+        bench_ms = (time.perf_counter() - t0) * 1e3
+        report = bench.reports[-1] if len(bench.reports) > reports_before else None
+        traces: dict[str, bytes] = {}
+        if report is not None and isinstance(report.capture, dict) and report.capture.get("trace_file"):
+            traces = self._take_trace(str(report.capture["trace_file"]))
+        return {"row": row.to_dict(), "report": to_json(report.to_dict()) if report is not None else None,
+                "traces": traces, "bench_ms": bench_ms}
+
+    def _take_trace(self, name: str) -> dict[str, bytes]:
+        """The trace file the capture wrote into this actor's folder, read and removed (it travels to the driver,
+        which may be on another machine)."""
+        if self.trace_dir is None or Path(name).name != name:
+            return {}
+        path = self.trace_dir / name
+        try:
+            data = path.read_bytes()
+            path.unlink()
+        except OSError:
+            return {}
+        return {name: data}
+
+    def close(self) -> None:
+        """Stop the sampler and drop the trace folder (the driver kills the actor after this)."""
+        if self.bench is not None:
+            self.bench.close()
+        if self.trace_dir is not None:
+            shutil.rmtree(self.trace_dir, ignore_errors=True)
+
+
+def _ray_facts() -> dict[str, Any]:
+    """The node and the accelerator ids Ray gave this process (empty outside Ray)."""
+    try:
+        import ray
+
+        context = ray.get_runtime_context()
+        return {"node_id": context.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
+                "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
+    except Exception:  # noqa: BLE001 - outside a Ray worker (tests call the class directly)
+        return {"node_id": None, "node_ip": None, "gpu_ids": []}
+
+
+def _device_facts(device: Any) -> dict[str, Any]:
+    """The device the bench actually runs on: 'cuda:0' or 'cpu', the GPU's name and UUID (None on the CPU)."""
+    from engine.core.devices import cuda_uuid, device_name
+
+    return {"device": str(device), "gpu_name": device_name(device), "uuid": cuda_uuid(device)}
