@@ -46,6 +46,7 @@ class FleetWorker:
         try:
             from engine.workflows.bench import Bench
 
+            data = _writable(data)
             self.bench = Bench(data, tracker, device, log=lambda _text: None, trace_dir=self.trace_dir,
                                **{k: bool(v) for k, v in options.items() if k in BENCH_OPTIONS})
             self.facts.update(_device_facts(self.bench.device))
@@ -105,6 +106,19 @@ class FleetWorker:
             self.bench.close()
         if self.trace_dir is not None:
             shutil.rmtree(self.trace_dir, ignore_errors=True)
+
+
+def _writable(data: Any) -> Any:
+    """The bench input with its arrays copied out of Ray's object store (zero-copy arrays there are read-only;
+    bench's own are not, and a tracker may write into what it is given)."""
+    import dataclasses
+
+    import numpy as np
+
+    truth = data.ground_truth
+    if truth is not None:
+        truth = {k: np.array(v) for k, v in truth.items()}
+    return dataclasses.replace(data, frames=np.array(data.frames), queries=np.array(data.queries), ground_truth=truth)
 
 
 def _ray_facts() -> dict[str, Any]:

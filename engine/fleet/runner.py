@@ -18,6 +18,7 @@ it this one. A slot Ray cannot place within the placement timeout (its GPUs are 
 
 from __future__ import annotations
 
+import logging
 import statistics
 import time
 from collections import deque
@@ -38,6 +39,8 @@ from engine.fleet.index import (
     FleetGpu,
 )
 from engine.fleet.plan import ACCELERATOR_PREFIX, ACCELERATOR_SLIVER, GpuRequest, plugin_code_paths
+
+log = logging.getLogger(__name__)
 
 INSTALL_HINT = 'pip install "trackscope[fleet]"'
 DEFAULT_PLACEMENT_TIMEOUT_S = 120.0  # torch import + CUDA init + the tracker's load, on a slow node, fit in this
@@ -182,7 +185,9 @@ def plan_slots(requests: list[GpuRequest], nodes: list[dict[str, Any]]) -> list[
 
 
 def runtime_env_for(tracker: str) -> dict[str, Any] | None:
-    """The plugin's local code for every worker (``py_modules``); None when the tracker needs none."""
+    """The plugin's local code for every worker (``py_modules``); None when the tracker needs none. Ray takes
+    local paths only for the whole job (``ray.init(runtime_env=...)``): it zips them once into the cluster's
+    store and every worker of the job imports them from there."""
     paths = plugin_code_paths(tracker)
     return {"py_modules": [str(p) for p in paths]} if paths else None
 
@@ -211,9 +216,8 @@ class FleetRun:
         node_types = {n.get("NodeID"): _node_type(n.get("Resources", {})) for n in nodes}
         data_ref = ray.put(spec.data)  # the frames once, to every actor through the object store
         worker_class = ray.remote(max_restarts=0, max_task_retries=0)(FleetWorker)
-        runtime_env = runtime_env_for(spec.tracker)
         try:
-            self._start(worker_class, data_ref, runtime_env, node_types)
+            self._start(worker_class, data_ref, node_types)
             self._stream()
         except BaseException:
             self._save(complete=False)
@@ -222,8 +226,7 @@ class FleetRun:
             self._close()
         return FleetResult([s.gpu() for s in self.slots], self.entries, self._save(complete=True))
 
-    def _start(self, worker_class: Any, data_ref: Any, runtime_env: dict[str, Any] | None,
-               node_types: dict[str, str | None]) -> None:
+    def _start(self, worker_class: Any, data_ref: Any, node_types: dict[str, str | None]) -> None:
         """Create every actor, wait (up to the placement timeout) for each to be placed and to load the tracker."""
         spec = self.spec
         pending: dict[Any, Slot] = {}
@@ -231,8 +234,6 @@ class FleetRun:
             options: dict[str, Any] = {"num_gpus": slot.num_gpus, "num_cpus": slot.num_cpus}
             if slot.accelerator_type:
                 options["resources"] = {ACCELERATOR_PREFIX + slot.accelerator_type: ACCELERATOR_SLIVER}
-            if runtime_env:
-                options["runtime_env"] = runtime_env
             slot.actor = worker_class.options(**options).remote(data_ref, spec.tracker, spec.device, spec.warmup,
                                                                  spec.repeat, spec.options)
             slot.queue = deque(spec.configs)
@@ -384,14 +385,18 @@ def run_fleet(spec: FleetSpec, on_event: Event | None = None, writer: Any = None
     shut down; a connection made by the caller is kept)."""
     ray = import_ray()
     started_here = not ray.is_initialized()
+    runtime_env = runtime_env_for(spec.tracker)
     if started_here:
         try:
             ray.init(address=spec.address, include_dashboard=False, logging_level="warning",
-                     configure_logging=True, log_to_driver=True)
+                     configure_logging=True, log_to_driver=True, runtime_env=runtime_env)
         except (ConnectionError, ValueError, RuntimeError) as exc:
             where = spec.address or "this machine"
             raise UserError(f"cannot start or reach Ray at {where}: {_ray_error_text(exc)}",
                             "check --address (ray://HOST:10001 or HOST:6379), or leave it out to run here") from None
+    elif runtime_env:  # the caller's connection: its job's runtime_env must hold the plugin already
+        log.info("Ray was connected by the caller: the plugin's code (%s) must be importable on every node "
+                 "(ray.init(runtime_env=%r))", ", ".join(runtime_env["py_modules"]), runtime_env)
     try:
         return FleetRun(ray, spec, on_event, writer).run()
     finally:
