@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pynvml
 import pytest
 
@@ -205,3 +206,50 @@ def test_fleet_without_ray_says_how_to_install_it(monkeypatch, capsys):
     assert main(["fleet", "--tracker", "lk"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and 'pip install "trackscope[fleet]"' in err[0] and "needs Ray" in err[0]
+
+
+def _tiny_input():
+    from engine.workflows.bench import BenchInput
+    from tests.helpers import moving_square_video
+
+    frames = moving_square_video(8, 32, 1)
+    frames.setflags(write=False)  # as Ray's object store hands it over
+    queries = np.array([[0, 6, 10], [0, 9, 13]], np.float32)
+    return BenchInput(frames, queries, {"name": "square", "num_frames": 8, "width": 32, "height": 32}, None, "test")
+
+
+@pytest.mark.slow
+def test_worker_runs_bench_and_ships_the_deep_trace_to_the_writer(tmp_path):
+    """The actor's class without Ray: Bench.run_config per call, the deep capture's trace carried as bytes and
+    written beside the report by the fleet writer (the driver may be on another machine)."""
+    from engine.fleet.actor import FleetWorker
+    from engine.fleet.writer import FleetWriter
+
+    options = {"timing": True, "telemetry": False, "cost": False, "deep": True, "direct": False}
+    worker = FleetWorker(_tiny_input(), "lk", "cpu", warmup=0, repeat=1, options=options)
+    try:
+        facts = worker.describe()
+        assert facts["error"] == "" and facts["device"] == "cpu" and facts["node_id"] is None
+        assert facts["torch_threads"] >= 1
+        result = worker.run("fp32", 2, 16)
+        trace_dir = worker.trace_dir
+    finally:
+        worker.close()
+    assert not trace_dir.exists()  # the actor's own folder is gone; the trace travelled in the result
+    name = result["report"]["capture"]["trace_file"]
+    assert name and set(result["traces"]) == {name} and result["bench_ms"] > 0
+    writer = FleetWriter(tmp_path, {"tracker": "lk"}, 1)
+    writer.start()
+    rel = writer.result("00-cpu", "cpu", result["row"], result["report"], result["traces"])
+    assert rel == "00-cpu/lk_fp32_p2_f16.json" and (tmp_path / rel).is_file()
+    assert (tmp_path / "00-cpu" / name).read_bytes() == result["traces"][name]
+    assert json.loads((tmp_path / "00-cpu" / "bench.json").read_text())["table"][0]["report_file"] == Path(rel).name
+
+
+def test_worker_with_a_tracker_that_does_not_load_says_why():
+    from engine.fleet.actor import FleetWorker
+
+    worker = FleetWorker(_tiny_input(), "no_such_plugin_module:make", "cpu", warmup=0, repeat=1)
+    assert "no_such_plugin_module" in worker.describe()["error"]
+    assert "no_such_plugin_module" in worker.run("fp32", 2, 16)["error"]
+    worker.close()

@@ -46,6 +46,7 @@ class FleetWorker:
         try:
             from engine.workflows.bench import Bench
 
+            self.facts["torch_threads"] = _threads_as_a_plain_process()
             data = _writable(data)
             self.bench = Bench(data, tracker, device, log=lambda _text: None, trace_dir=self.trace_dir,
                                **{k: bool(v) for k, v in options.items() if k in BENCH_OPTIONS})
@@ -108,6 +109,32 @@ class FleetWorker:
             shutil.rmtree(self.trace_dir, ignore_errors=True)
 
 
+def _threads_as_a_plain_process() -> int:
+    """Give torch the threads a plain process on this node would have (its physical cores), capped at the CPUs
+    Ray gave this actor; Ray sets OMP_NUM_THREADS to the actor's CPU count, which counts logical CPUs, so a
+    report's ``torch_threads`` (and the CPU-side speed) would otherwise differ from a bench run on the node.
+    Outside a Ray worker torch is left as it is."""
+    import torch
+
+    try:
+        import ray
+
+        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU") if ray.is_initialized() else None
+    except Exception:  # noqa: BLE001 - Ray missing or not a worker
+        cpus = None
+    if not cpus:
+        return torch.get_num_threads()
+    try:
+        import psutil
+
+        physical = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    except ImportError:
+        physical = os.cpu_count() or 1
+    threads = max(1, min(int(physical), int(cpus)))
+    torch.set_num_threads(threads)
+    return threads
+
+
 def _writable(data: Any) -> Any:
     """The bench input with its arrays copied out of Ray's object store (zero-copy arrays there are read-only;
     bench's own are not, and a tracker may write into what it is given)."""
@@ -126,6 +153,8 @@ def _ray_facts() -> dict[str, Any]:
     try:
         import ray
 
+        if not ray.is_initialized():  # a plain process: asking would start Ray
+            raise RuntimeError("not in a Ray worker")
         context = ray.get_runtime_context()
         return {"node_id": context.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
                 "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}

@@ -226,7 +226,7 @@ class FleetRun:
             self._close()
         return FleetResult([s.gpu() for s in self.slots], self.entries, self._save(complete=True))
 
-    def _start(self, worker_class: Any, data_ref: Any, node_types: dict[str, str | None]) -> None:
+    def _start(self, worker_class: Any, data_ref: Any, node_types: dict[Any, str | None]) -> None:
         """Create every actor, wait (up to the placement timeout) for each to be placed and to load the tracker."""
         spec = self.spec
         pending: dict[Any, Slot] = {}
