@@ -3,8 +3,8 @@
 Takes bench's arguments (the same definitions: engine.cli.bench) plus where to run: ``--address`` (a Ray cluster;
 none: Ray started on this machine) and ``--gpus "T4:1,A100:1"`` (Ray accelerator types; none: every GPU, or the
 CPU where there is none). Prints a line per configuration as it finishes, with the fleet's own overhead.
-Exit 0 when every configuration ran (or was skipped as bench skips it), 3 when some failed or were lost, 2 for
-bad input (a type no node has included).
+Exit 0 when every configuration ran (or was skipped as bench skips it), 3 when some failed or were lost (or, with
+--deep, their capture failed: bench's exit for that), 2 for bad input (a type no node has included).
 """
 
 from __future__ import annotations
@@ -105,9 +105,10 @@ def _fleet(args: argparse.Namespace) -> int:
               f"over {len(overheads)}", file=sys.stderr)
     if result.index_path is not None:
         print(f"trackscope fleet: wrote {result.index_path}", file=sys.stderr)
-    bad = [e for e in result.entries if e.status in ("failed", "lost")]
+    bad = [e for e in result.entries if e.status in ("failed", "lost") or e.capture_error]
     if bad:
-        print(f"trackscope fleet: {len(bad)} of {len(result.entries)} configuration(s) failed or were lost "
+        print(f"trackscope fleet: {len(bad)} of {len(result.entries)} configuration(s) failed, were lost or their "
+              f"deep capture failed "
               f"(exit {FLEET_INCOMPLETE_EXIT})", file=sys.stderr)
         return FLEET_INCOMPLETE_EXIT
     return 0
@@ -125,6 +126,8 @@ def entry_line(entry: Any, row: dict[str, Any] | None) -> str:
         parts.append(f"fleet overhead {entry.overhead_ms:.1f} ms")
     if entry.message:
         parts.append(entry.message)
+    if entry.capture_error:
+        parts.append(f"deep capture failed: {entry.capture_error}")
     return ", ".join(parts)
 
 
@@ -151,7 +154,7 @@ class _Progress:
             f = payload.facts
             self._write(f"{payload.name} started on node {f.get('node_ip') or '?'} ({f.get('device')}, "
                         f"{f.get('gpu_name')}{', ' + f['uuid'] if f.get('uuid') else ''}; node type "
-                        f"{payload.node_accelerator_type or '-'}) in {f.get('startup_ms', 0) / 1e3:.1f} s")
+                        f"{payload.node_accelerator_type or '-'}), ready in {(payload.ready_ms or 0) / 1e3:.1f} s")
         elif kind in ("lost", "failed"):
             self._write(f"{payload.name} {kind}: {payload.message}")
         elif kind == "entry":

@@ -48,6 +48,7 @@ class FleetEntry:
     bench_ms: float | None = None  # Bench.run_config's own time, measured in the actor
     round_trip_ms: float | None = None  # from the driver's submit to the result in hand
     overhead_ms: float | None = None  # round_trip_ms - bench_ms: the fleet's own cost for this configuration
+    capture_error: str | None = None  # with --deep: why the capture failed (the timed report is kept)
 
     @classmethod
     def from_dict(cls, data: Any, path: str) -> FleetEntry:
@@ -65,7 +66,7 @@ class FleetEntry:
                    node_ip=f.opt_string("node_ip"), accelerator_type=f.opt_string("accelerator_type"),
                    device=f.opt_string("device"), report=report, message=f.string("message", ""),
                    bench_ms=f.opt_number("bench_ms", minimum=0), round_trip_ms=f.opt_number("round_trip_ms", minimum=0),
-                   overhead_ms=f.opt_number("overhead_ms"))
+                   overhead_ms=f.opt_number("overhead_ms"), capture_error=f.opt_string("capture_error"))
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -85,7 +86,8 @@ class FleetGpu:
     gpu: str | None = None
     uuid: str | None = None
     gpu_ids: tuple[str, ...] = ()  # Ray's GPU ids for the actor (CUDA_VISIBLE_DEVICES on its node)
-    startup_ms: float | None = None  # the actor's constructor: torch, CUDA, the tracker loaded
+    startup_ms: float | None = None  # the actor's constructor: CUDA initialised, the tracker loaded
+    ready_ms: float | None = None  # from the actor's creation to its first answer (process, imports, placement)
     message: str = ""
 
     @classmethod
@@ -99,7 +101,7 @@ class FleetGpu:
                    node_accelerator_type=f.opt_string("node_accelerator_type"), node=f.opt_string("node"),
                    node_ip=f.opt_string("node_ip"), device=f.opt_string("device"), gpu=f.opt_string("gpu"),
                    uuid=f.opt_string("uuid"), gpu_ids=tuple(ids), startup_ms=f.opt_number("startup_ms", minimum=0),
-                   message=f.string("message", ""))
+                   ready_ms=f.opt_number("ready_ms", minimum=0), message=f.string("message", ""))
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "gpu_ids": list(self.gpu_ids)}

@@ -70,13 +70,15 @@ class Slot:
     message: str = ""
     queue: deque[RunConfig] = field(default_factory=deque)
     node_accelerator_type: str | None = None
+    ready_ms: float | None = None
 
     def gpu(self) -> FleetGpu:
         f = self.facts
         return FleetGpu(slot=self.name, status=self.status, accelerator_type=self.accelerator_type,
                         node_accelerator_type=self.node_accelerator_type, node=f.get("node_id"),
                         node_ip=f.get("node_ip"), device=f.get("device"), gpu=f.get("gpu_name"), uuid=f.get("uuid"),
-                        gpu_ids=tuple(f.get("gpu_ids") or ()), startup_ms=f.get("startup_ms"), message=self.message)
+                        gpu_ids=tuple(f.get("gpu_ids") or ()), startup_ms=f.get("startup_ms"), ready_ms=self.ready_ms,
+                        message=self.message)
 
     def entry(self, config: RunConfig, status: str, **values: Any) -> FleetEntry:
         f = self.facts
@@ -230,6 +232,7 @@ class FleetRun:
         """Create every actor, wait (up to the placement timeout) for each to be placed and to load the tracker."""
         spec = self.spec
         pending: dict[Any, Slot] = {}
+        created = time.perf_counter()
         for slot in self.slots:
             options: dict[str, Any] = {"num_gpus": slot.num_gpus, "num_cpus": slot.num_cpus}
             if slot.accelerator_type:
@@ -245,6 +248,7 @@ class FleetRun:
             if not done:
                 break
             slot = pending.pop(done[0])
+            slot.ready_ms = (time.perf_counter() - created) * 1e3
             try:
                 slot.facts = self.ray.get(done[0])
             except Exception as exc:  # noqa: BLE001 - the actor died while starting (its node, a crash)
@@ -339,7 +343,10 @@ class FleetRun:
             status = STATUS_SKIPPED
         else:
             status = STATUS_FAILED
-        self._add(slot.entry(config, status, report=report_rel, message=note, **timing), row=row)
+        capture = (result.get("report") or {}).get("capture")
+        capture_error = str(capture["error"]) if isinstance(capture, dict) and capture.get("error") else None
+        self._add(slot.entry(config, status, report=report_rel, message=note, capture_error=capture_error, **timing),
+                  row=row)
 
     def _add(self, entry: FleetEntry, row: dict[str, Any] | None = None) -> None:
         self.entries.append(entry)
