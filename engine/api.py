@@ -99,6 +99,10 @@ from engine.workflows.deep import DeepCapture, deep_capture, trace_path_for
 # -- the cost model counted on demand (a report without one: a live run's, a track --report file) -------------
 from engine.workflows.count import CountedWork, CountProcess, count_work, with_counted_work
 from engine.analysis.tradeoff import accuracy_axis as tradeoff_accuracy_axis
+# -- fleet folders (trackscope fleet): the index, its entries as plain report paths; no Ray needed to read them ----
+from engine.fleet.index import FleetEntry, FleetIndex, load_index
+from engine.fleet.index import report_path as fleet_report_path
+
 # isort: on
 
 #: the file names write_video can write (the overlaid-video export checks its path against them first)
@@ -183,4 +187,5 @@ __all__ = [
     "resources_dir", "row_from_report", "run_accuracy", "run_title", "sample_video_path", "save", "save_tracks",
     "tunable_settings", "values_taken",
     "specs", "speedup_over", "tapvid_metrics", "track_arrays", "tradeoff_accuracy_axis", "write_video",
+    "FleetEntry", "FleetIndex", "fleet_report_path", "load_index",
 ]

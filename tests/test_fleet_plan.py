@@ -253,3 +253,16 @@ def test_worker_with_a_tracker_that_does_not_load_says_why():
     assert "no_such_plugin_module" in worker.describe()["error"]
     assert "no_such_plugin_module" in worker.run("fp32", 2, 16)["error"]
     worker.close()
+
+
+def test_the_engine_and_the_fleet_modules_import_without_ray():
+    """Ray is imported inside the fleet's functions only: the engine, its facade and every verb load without it."""
+    import subprocess
+
+    code = ("import sys\n"
+            "import engine.api, engine.cli.entry, engine.cli.fleet, engine.fleet.runner, engine.fleet.actor\n"
+            "from engine.cli.entry import build_parser\n"
+            "build_parser()\n"
+            "assert 'ray' not in sys.modules, 'ray imported'\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]

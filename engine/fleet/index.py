@@ -145,6 +145,10 @@ class FleetIndex:
                 "gpus": [g.to_dict() for g in self.gpus], "entries": [e.to_dict() for e in self.entries],
                 **self.extra}
 
+    def report_paths(self, index_path: str | Path) -> list[Path]:
+        """The reports of every entry that has one, as plain report paths (in the index's order)."""
+        return [p for p in (report_path(index_path, e) for e in self.entries) if p is not None]
+
     def find(self, config: str | None = None, slot: str | None = None, gpu: str | None = None) -> list[FleetEntry]:
         """The entries matching every filter given (config label, slot folder, GPU name or UUID)."""
         return [e for e in self.entries if (config is None or e.config == config) and (slot is None or e.slot == slot)

@@ -45,6 +45,10 @@ log = logging.getLogger(__name__)
 INSTALL_HINT = 'pip install "trackscope[fleet]"'
 DEFAULT_PLACEMENT_TIMEOUT_S = 120.0  # torch import + CUDA init + the tracker's load, on a slow node, fit in this
 CLOSE_TIMEOUT_S = 10.0
+#: an index of up to this many entries is rewritten after every result; a larger one at most every
+#: INDEX_MIN_INTERVAL_S (each rewrite is the whole file: thousands of GPUs x configurations would be quadratic)
+INDEX_ALWAYS_WRITE = 2000
+INDEX_MIN_INTERVAL_S = 2.0
 
 
 def import_ray() -> Any:
@@ -209,6 +213,7 @@ class FleetRun:
         self.writer = writer
         self.slots: list[Slot] = []
         self.entries: list[FleetEntry] = []
+        self._index_written = -float("inf")
 
     def run(self) -> FleetResult:
         ray, spec = self.ray, self.spec
@@ -350,7 +355,10 @@ class FleetRun:
 
     def _add(self, entry: FleetEntry, row: dict[str, Any] | None = None) -> None:
         self.entries.append(entry)
-        self._save(complete=False)
+        now = time.monotonic()
+        if len(self.entries) <= INDEX_ALWAYS_WRITE or now - self._index_written >= INDEX_MIN_INTERVAL_S:
+            self._save(complete=False)
+            self._index_written = now
         self.on_event("entry", (entry, row))
 
     def _save(self, complete: bool) -> Path | None:
