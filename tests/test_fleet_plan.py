@@ -266,3 +266,20 @@ def test_the_engine_and_the_fleet_modules_import_without_ray():
             "assert 'ray' not in sys.modules, 'ray imported'\n")
     res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
+
+
+def test_an_address_nobody_answers_is_refused_at_once():
+    import socket
+
+    from engine.fleet.runner import check_reachable
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there now
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        with pytest.raises(UserError, match=f"cannot reach Ray at {address}"):
+            check_reachable(address, timeout_s=2)
+    with pytest.raises(UserError, match="not HOST:PORT"):
+        check_reachable("somewhere")
+    check_reachable(None)
+    check_reachable("auto")

@@ -59,7 +59,7 @@ def _fleet(args: argparse.Namespace) -> int:
     from engine.fleet.actor import BENCH_OPTIONS
     from engine.fleet.index import INDEX_FILE
     from engine.fleet.plan import check_fleet_device, configurations, parse_gpus
-    from engine.fleet.runner import FleetSpec, run_fleet
+    from engine.fleet.runner import FleetSpec, check_reachable, run_fleet
     from engine.fleet.writer import FleetWriter
     from engine.workflows.bench import load_input
 
@@ -72,6 +72,7 @@ def _fleet(args: argparse.Namespace) -> int:
         out = check_output_folder(args.out, "--out")
         if out.is_dir():
             check_output_path(out / INDEX_FILE, "--out")
+    check_reachable(args.address)  # before decoding the video: a wrong address is one line at once
     data = load_input(args)
     configs = configurations(args.tracker, device, precisions, points, frames)
     options = dict(zip(BENCH_OPTIONS, (not args.no_timing, not args.no_telemetry, not args.no_cost, args.deep,

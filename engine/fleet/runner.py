@@ -19,6 +19,7 @@ it this one. A slot Ray cannot place within the placement timeout (its GPUs are 
 from __future__ import annotations
 
 import logging
+import socket
 import statistics
 import time
 from collections import deque
@@ -395,6 +396,26 @@ def _ray_error_text(exc: BaseException) -> str:
     return next((line.strip() for line in text if line.strip()), type(exc).__name__)[:300]
 
 
+REACH_TIMEOUT_S = 5.0  # a cluster address that does not answer a TCP connect within this is refused
+
+
+def check_reachable(address: str | None, timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """A HOST:PORT (or ray://HOST:PORT) address that accepts no TCP connection is a UserError within ``timeout_s``:
+    Ray itself retries its GCS connection for minutes. 'auto', 'local' and None are left to Ray."""
+    if not address or address in ("auto", "local"):
+        return
+    hostport = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        raise UserError(f"--address {address!r} is not HOST:PORT", "e.g. --address 10.0.0.1:6379 or ray://10.0.0.1:10001")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise UserError(f"cannot reach Ray at {address}: {exc.strerror or exc}", "is the cluster up (`ray status` on "
+                        "its head)? leave out --address to run on this machine") from None
+
+
 def run_fleet(spec: FleetSpec, on_event: Event | None = None, writer: Any = None) -> FleetResult:
     """Connect to Ray (``spec.address``, or a Ray started here), run the fleet, disconnect (a Ray started here is
     shut down; a connection made by the caller is kept)."""
@@ -402,6 +423,7 @@ def run_fleet(spec: FleetSpec, on_event: Event | None = None, writer: Any = None
     started_here = not ray.is_initialized()
     runtime_env = runtime_env_for(spec.tracker)
     if started_here:
+        check_reachable(spec.address)
         try:
             ray.init(address=spec.address, include_dashboard=False, logging_level="warning",
                      configure_logging=True, log_to_driver=True, runtime_env=runtime_env)
