@@ -3,7 +3,7 @@
 # CorrTrack and the clean field plugin at fp32 and bf16 into $OUT/fleet, then `trackscope bench` of the same
 # configurations into $OUT/bench, then a comparison of each pair of reports (content, without times, samples and
 # timestamps), the fleet's overhead per configuration, and whether each report's telemetry read the GPU the actor
-# ran on (its UUID). Ray comes from an unpacked wheel on PYTHONPATH: nothing is installed here.
+# ran on (its UUID). Ray comes from an unpacked wheel on PYTHONPATH: nothing is installed here. Within 560 s.
 set -u
 export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 OUT=${OUT:?set OUT to the folder that comes back}
@@ -13,16 +13,23 @@ V=resources/sample.mp4
 read -ra SWEEP <<< "${FLEET_SWEEP:---precisions fp32,bf16 --points 256 --points-per-batch 256 --warmup 2 --repeat 10}"
 read -ra TRACKERS <<< "${FLEET_TRACKERS:-corrtrack tests.plugins.field.clean:make}"
 V=${FLEET_VIDEO:-$V}
+# the first tracker's fleet asks for its GPU by Ray accelerator type (the typed placement path), the second takes
+# every GPU of the node; FLEET_FIRST_GPUS= (empty) for a machine without one
+FIRST_GPUS=${FLEET_FIRST_GPUS-H200:1}
 {
 python3 -c "import ray, torch; print('ray', ray.__version__, '| torch', torch.__version__, '| cuda',
 torch.cuda.is_available(), torch.cuda.device_count())"
 nvidia-smi --query-gpu=index,name,uuid,pci.bus_id --format=csv,noheader 2>/dev/null
+python3 -c "from ray._private.accelerators.nvidia_gpu import NvidiaGPUAcceleratorManager as M
+print('Ray accelerator type here:', M.get_current_node_accelerator_type())" 2>&1 | tail -1
 for tracker in "${TRACKERS[@]}"; do
   name=$(printf %s "$tracker" | tr -c 'A-Za-z0-9' _)
   echo; echo "### fleet $tracker"
-  timeout -k 5 240 $T fleet "$V" --tracker "$tracker" "${SWEEP[@]}" --out "$OUT/fleet/$name"; echo "rc=$?"
+  where=(); [ -n "$FIRST_GPUS" ] && [ "$tracker" = "${TRACKERS[0]}" ] && where=(--gpus "$FIRST_GPUS")
+  timeout -k 5 150 $T fleet "$V" --tracker "$tracker" "${SWEEP[@]}" "${where[@]}" --out "$OUT/fleet/$name"
+  echo "rc=$?"
   echo; echo "### bench $tracker"
-  timeout -k 5 180 $T bench "$V" --tracker "$tracker" "${SWEEP[@]}" --out "$OUT/bench/$name"; echo "rc=$?"
+  timeout -k 5 120 $T bench "$V" --tracker "$tracker" "${SWEEP[@]}" --out "$OUT/bench/$name"; echo "rc=$?"
 done
 echo; echo "### fleet vs bench"
 python3 - "$OUT" <<'EOF'
