@@ -70,7 +70,9 @@ for folder in sorted((out / "fleet").glob("*/index.json")):
         env = fleet.get("environment", {}).get("gpu") or {}
         follows = bool(e.uuid) and str(env.get("uuid", "")).lower() == e.uuid.lower()
         same &= follows or not e.uuid  # a CPU run (a check of the script elsewhere) has no GPU to follow
-        print(f"      telemetry: {len(busy)} GPU-busy samples, max {max(busy) if busy else float('nan'):.0f} %; NVML read "
+        matched = ((fleet.get("telemetry") or {}).get("static") or {}).get("matched_by")
+        print(f"      telemetry: {len(busy)} GPU-busy samples, max {max(busy) if busy else float('nan'):.0f} %; "
+              f"NVML handle by {matched}; NVML read "
               f"{env.get('name')} {env.get('uuid')}, the actor's CUDA device is {e.uuid}: "
               f"{'the same GPU' if follows else 'no GPU' if not e.uuid else 'NOT THE SAME GPU'}")
 print("ALL SAME" if same else "SOME DIFFER (see above)")

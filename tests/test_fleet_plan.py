@@ -158,11 +158,16 @@ def test_nvml_opens_the_gpu_by_bus_id(direct):
     assert reader.handle == "handle1" and reader.matched_by == "bus id"
 
 
-def test_nvml_unknown_uuid_says_so_for_every_metric():
-    reader = NvmlReader(TwoGpuNvml(), device_uuid="GPU-cccc")
+def test_nvml_unknown_uuid_falls_back_to_the_index_and_says_so(caplog):
+    """A UUID NVML does not list (a MIG instance's, an old driver): NVML's index as before, with the reason kept."""
+    reader = NvmlReader(TwoGpuNvml(), device_index=1, device_uuid="GPU-cccc")
     reader.open()
-    assert not reader.available
-    assert set(reader.reasons.values()) == {"no GPU with UUID GPU-cccc among the 2 NVML sees"}
+    assert reader.available and reader.handle == "handle1" and reader.matched_by == "index"
+    assert reader.static["matched_by"] == "index (no GPU with UUID GPU-cccc among the 2 NVML sees)"
+    assert "no GPU with UUID GPU-cccc" in caplog.text
+    lost = NvmlReader(TwoGpuNvml(), device_index=5, device_uuid="GPU-cccc")
+    lost.open()
+    assert set(lost.reasons.values()) == {"no GPU with UUID GPU-cccc among the 2 NVML sees"}
 
 
 def test_sampler_passes_the_uuid_through():

@@ -13,12 +13,15 @@ the process's device names the right one.
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
 from engine.core import flags
 from engine.core.flags import env_flag
 from engine.telemetry import specs
+
+log = logging.getLogger(__name__)
 
 REASON_NOT_SUPPORTED = "not supported on this GPU"
 REASON_GPU_LOST = "GPU lost"
@@ -109,6 +112,7 @@ class NvmlReader:
         self.device_uuid = normalise_uuid(device_uuid) if device_uuid else None
         self.bus_id = bus_id or None
         self.matched_by = ""  # "uuid", "bus id" or "index": how the handle was found
+        self.not_matched = ""  # why the UUID / bus id asked for was not used
         self.reasons: dict[str, str] = dict.fromkeys(ALL_GPU_KEYS, "")
         self.static: dict[str, Any] = {}
         self.handle: Any = None
@@ -163,13 +167,15 @@ class NvmlReader:
             return
         if self.device_uuid or self.bus_id:
             self.handle = self._handle_by_identity(int(count))
-            if self.handle is None:
-                wanted = f"UUID {self.device_uuid}" if self.device_uuid else f"PCI bus id {self.bus_id}"
-                self._fail_all(f"no GPU with {wanted} among the {count} NVML sees")
-                return
-        else:
+        if self.handle is None and (self.device_uuid or self.bus_id):
+            # not among NVML's GPUs (a MIG instance's UUID, an old driver): NVML's index, as before, and why
+            wanted = f"UUID {self.device_uuid}" if self.device_uuid else f"PCI bus id {self.bus_id}"
+            log.warning("telemetry: no GPU with %s among the %d NVML sees; reading GPU %d by index", wanted, count,
+                        self.device_index)
+            self.not_matched = f"no GPU with {wanted} among the {count} NVML sees"
+        if self.handle is None:
             if self.device_index >= count:
-                self._fail_all(f"no GPU at index {self.device_index} ({count} found)")
+                self._fail_all(self.not_matched or f"no GPU at index {self.device_index} ({count} found)")
                 return
             self.handle = self._query((), "nvmlDeviceGetHandleByIndex", self.device_index)
             self.matched_by = "index"
@@ -177,7 +183,7 @@ class NvmlReader:
             self._fail_all(REASON_NO_GPU)
             return
         self._read_static()
-        self.static["matched_by"] = self.matched_by
+        self.static["matched_by"] = self.matched_by + (f" ({self.not_matched})" if self.not_matched else "")
         self._open_gpm()
 
     def _handle_by_identity(self, count: int) -> Any:
