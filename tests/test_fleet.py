@@ -121,6 +121,7 @@ def test_lk_and_corrtrack_land_on_the_asked_types_and_stream(cluster, data, tmp_
         assert [k for k, _ in record.events].count("placed") == 2
         index = load_index(out)
         assert index.complete and len(index.entries) == 2 * per_slot
+        assert index.overhead()["configurations"] == 2 * per_slot  # stated in the index, every entry counted
         for gpu in index.gpus:  # placed on the node of the asked type, run on the CPU (no CUDA there)
             assert gpu.node == _node_id(cluster, gpu.accelerator_type)
             assert gpu.node_accelerator_type == gpu.accelerator_type

@@ -84,6 +84,8 @@ def test_index_round_trip_and_report_paths(tmp_path):
     index = load_index(tmp_path)
     assert index.complete and [e.status for e in index.entries] == ["ok", "lost"]
     assert index.to_dict() == _index_dict()
+    assert index.overhead()["median_ms"] == 10.0 and index.overhead()["configurations"] == 1
+    assert json.loads((tmp_path / "index.json").read_text())["overhead"]["median_ms"] == 10.0
     ok = index.find(config="lk fp32 p2 f16", gpu="GPU-1")
     assert len(ok) == 1 and report_path(tmp_path / "index.json", ok[0]) == tmp_path / "00-T4/lk_fp32_p2_f16.json"
     assert report_path(tmp_path / "index.json", index.entries[1]) is None

@@ -133,6 +133,7 @@ class FleetIndex:
         f = Fields(data, path)
         f.raw("format")
         f.raw("version")
+        f.raw("overhead")  # derived from the entries (to_dict), not read back
         gpus = tuple(FleetGpu.from_dict(g, p) for p, g in f.items("gpus", MAX_GPUS))
         entries = tuple(FleetEntry.from_dict(e, p) for p, e in f.items("entries", MAX_ENTRIES, required=True))
         return cls(gpus=gpus, entries=entries, complete=f.boolean("complete", False), tracker=f.string("tracker", ""),
@@ -142,8 +143,18 @@ class FleetIndex:
     def to_dict(self) -> dict[str, Any]:
         return {"format": FLEET_FORMAT, "version": FLEET_VERSION, "complete": self.complete, "tracker": self.tracker,
                 "video": self.video, "queries": self.queries, "configurations": self.configurations,
-                "gpus": [g.to_dict() for g in self.gpus], "entries": [e.to_dict() for e in self.entries],
-                **self.extra}
+                "overhead": self.overhead(), "gpus": [g.to_dict() for g in self.gpus],
+                "entries": [e.to_dict() for e in self.entries], **self.extra}
+
+    def overhead(self) -> dict[str, Any] | None:
+        """The fleet's own cost per configuration over the entries that have it: median, min, max (ms), count."""
+        values = sorted(e.overhead_ms for e in self.entries if e.overhead_ms is not None)
+        if not values:
+            return None
+        mid = len(values) // 2
+        median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+        return {"median_ms": median, "min_ms": values[0], "max_ms": values[-1], "configurations": len(values),
+                "what": "per configuration: submit to result on the driver, minus the bench's own time in the actor"}
 
     def report_paths(self, index_path: str | Path) -> list[Path]:
         """The reports of every entry that has one, as plain report paths (in the index's order)."""
