@@ -290,3 +290,22 @@ def test_an_address_nobody_answers_is_refused_at_once():
         check_reachable("somewhere")
     check_reachable(None)
     check_reachable("auto")
+
+
+def test_worker_refuses_a_configuration_that_cannot_fit_on_its_gpu(monkeypatch):
+    """The bench CLI's memory check, made per configuration on the actor's own GPU: a refusal is that entry's error."""
+    from engine.fleet.actor import FleetWorker
+    from engine.run import device_memory
+
+    def refuse(*_args, points_per_batch, **_kw):
+        if points_per_batch > 2:
+            raise UserError(f"{points_per_batch} points per batch do not fit", "use --points-per-batch 2")
+
+    monkeypatch.setattr(device_memory, "check_run_device_memory", refuse)
+    options = {"timing": True, "telemetry": False, "cost": False, "deep": False, "direct": False}
+    worker = FleetWorker(_tiny_input(), "lk", "cpu", warmup=0, repeat=1, options=options)
+    try:
+        assert worker.run("fp32", 4, 16)["error"] == "4 points per batch do not fit (use --points-per-batch 2)"
+        assert worker.run("fp32", 2, 16)["report"]["label"] == "lk fp32 p2 f16"
+    finally:
+        worker.close()

@@ -76,6 +76,7 @@ class FleetWorker:
         try:  # the config exactly as Bench.sweep builds it
             config = RunConfig(tracker=bench.tracker_name, device=bench.device_arg, precision=precision,
                                points_per_batch=points_per_batch, frames_per_batch=frames_per_batch)
+            self._check_memory(config)
             row = bench.run_config(config, self.warmup, self.repeat)
             bench.rows.append(row)
         except (Exception, SystemExit) as exc:
@@ -87,6 +88,18 @@ class FleetWorker:
             traces = self._take_trace(str(report.capture["trace_file"]))
         return {"row": row.to_dict(), "report": to_json(report.to_dict()) if report is not None else None,
                 "traces": traces, "bench_ms": bench_ms}
+
+    def _check_memory(self, config: Any) -> None:
+        """The bench CLI's check before any run (a CUDA device only), made per configuration on this GPU (GPUs of
+        a fleet differ in memory): a configuration that cannot fit is refused with the batch sizes that would."""
+        from engine.run.device_memory import check_run_device_memory
+
+        bench = self.bench
+        num_frames, height, width = bench.data.frames.shape[:3]
+        check_run_device_memory(bench.tracker, bench.device, str(bench.data.info.get("path")), num_frames=num_frames,
+                                width=width, height=height, num_queries=len(bench.data.queries),
+                                points_per_batch=config.points_per_batch, frames_per_batch=config.frames_per_batch,
+                                precision=config.precision)
 
     def _take_trace(self, name: str) -> dict[str, bytes]:
         """The trace file the capture wrote into this actor's folder, read and removed (it travels to the driver,
