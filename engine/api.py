@@ -106,6 +106,10 @@ from engine.analysis.tradeoff import accuracy_axis as tradeoff_accuracy_axis
 
 # -- the diff of two runs: its model, which the app's diff view draws (``diff_runs`` fills it) ------------------
 from engine.analysis.diff import LEVELS as DIFF_LEVELS
+# -- fleet folders (trackscope fleet): the index, its entries as plain report paths; no Ray needed to read them ----
+from engine.fleet.index import FleetEntry, FleetIndex, load_index
+from engine.fleet.index import report_path as fleet_report_path
+
 # isort: on
 
 #: the file names write_video can write (the overlaid-video export checks its path against them first)
@@ -193,4 +197,5 @@ __all__ = [
     "CapturePart", "as_finding",
     "specs", "speedup_over", "tapvid_metrics", "track_arrays", "tradeoff_accuracy_axis", "write_video",
     "DIFF_LEVELS",
+    "FleetEntry", "FleetIndex", "fleet_report_path", "load_index",
 ]

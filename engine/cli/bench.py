@@ -30,7 +30,9 @@ from engine.workflows.bench import (
 from engine.workflows.deep import DEEP_FAILED_EXIT
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
+    """What a sweep runs: the video, the tracker, precisions x batch sizes, the queries, warm-up and repeats
+    (bench and fleet take them the same way)."""
     p.add_argument("video", nargs="?", type=Path, help="video file or image folder (default: the bundled sample)")
     add_tracker_arguments(p)
     p.add_argument("--precisions", default=DEFAULT_PRECISIONS, help=f"comma list (default {DEFAULT_PRECISIONS})")
@@ -42,11 +44,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--points", type=int, metavar="N", help="N pseudo-random queries on frame 0")
     p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, help="warm-up runs per configuration")
     p.add_argument("--repeat", type=int, default=DEFAULT_REPEAT, help="timed runs per configuration")
-    p.add_argument("--out", type=Path, metavar="DIR",
-                   help="write per-configuration reports and bench.json here, each configuration as it finishes "
-                        "(Ctrl-C keeps the finished ones)")
-    p.add_argument("--diagnose", action="store_true",
-                   help="append the diagnosis (findings) to the output (reports keep measurements only)")
+
+
+def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
+    """What each configuration measures besides its timed runs (bench and fleet take them the same way)."""
     p.add_argument("--no-telemetry", action="store_true", help="do not sample GPU/CPU telemetry")
     p.add_argument("--no-timing", action="store_true", help="no per-stage timing (wall time only)")
     p.add_argument("--no-cost", action="store_true", help="skip the counted pass (FLOPs/bytes per stage)")
@@ -57,6 +58,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-direct", action="store_true",
                    help="skip the direct-call reference (the tracker called alone beside each configuration's "
                         "runs, no session or instrumentation; the table's 'vs direct' is session/direct)")
+
+
+def sweep_values(args: argparse.Namespace) -> tuple[list[str], list[int], list[int]]:
+    """(precisions, points per batch, frames per batch) of the parsed sweep arguments; UserError for bad ones."""
+    precisions = _precision_list(args.precisions)
+    points = _int_list(args.points_per_batch, "--points-per-batch")
+    frames = _int_list(args.frames_per_batch, "--frames-per-batch")
+    if args.warmup < 0 or args.repeat < 1:
+        raise UserError(f"--warmup must be >= 0 and --repeat >= 1, got {args.warmup} and {args.repeat}")
+    return precisions, points, frames
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_sweep_arguments(p)
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help="write per-configuration reports and bench.json here, each configuration as it finishes "
+                        "(Ctrl-C keeps the finished ones)")
+    p.add_argument("--diagnose", action="store_true",
+                   help="append the diagnosis (findings) to the output (reports keep measurements only)")
+    add_measurement_arguments(p)
     p.add_argument("--overhead", action="store_true",
                    help="measure instrumentation overhead: timing+telemetry on vs off, alternating, "
                         "the median ratio of 3 sets")
@@ -72,11 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    precisions = _precision_list(args.precisions)
-    points = _int_list(args.points_per_batch, "--points-per-batch")
-    frames = _int_list(args.frames_per_batch, "--frames-per-batch")
-    if args.warmup < 0 or args.repeat < 1:
-        raise UserError(f"--warmup must be >= 0 and --repeat >= 1, got {args.warmup} and {args.repeat}")
+    precisions, points, frames = sweep_values(args)
     writer_out = None
     if args.out is not None:  # before decoding or running anything: exit 2 with the reason
         writer_out = check_output_folder(args.out, "--out")

@@ -39,6 +39,7 @@ SUBCOMMANDS = {
     "diagnose": ("engine.cli.diagnose", "print the findings of a run report"),
     "gate": ("engine.cli.gate", "hold a run against a baseline with tolerances: exit 0 pass, 1 fail (CI)"),
     "train": ("engine.cli.train", "train the CorrTrack model on synthetic videos"),
+    "fleet": ("engine.cli.fleet", "bench configurations on every GPU of a Ray cluster, one folder"),
 }
 #: entry point group of the verbs that installed packages add (name = "module")
 ENTRY_POINT_GROUP = "trackscope.commands"

@@ -37,3 +37,19 @@ def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return "CPU"
+
+
+def cuda_uuid(device: torch.device) -> str | None:
+    """The UUID CUDA gives a CUDA device ('GPU-...' once NVML's prefix is added), None for the CPU or when torch
+    cannot say. It names the physical GPU whatever ``CUDA_VISIBLE_DEVICES`` renumbered (a Ray worker sees its
+    GPU as cuda:0), so the telemetry opens that GPU's NVML handle, not NVML's GPU 0."""
+    if device.type != "cuda":
+        return None
+    try:
+        uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    except (RuntimeError, AssertionError, AttributeError):
+        return None
+    text = str(uuid).strip() if uuid is not None else ""
+    if not text:
+        return None
+    return text if text[:4].upper() in ("GPU-", "MIG-") else f"GPU-{text}"

@@ -4,16 +4,24 @@ Every query goes through one helper: an NVML error becomes NaN plus a reason for
 feeds ("not supported on this GPU", "GPU lost", ...). A lost GPU is never queried again. GPM
 (Hopper and newer) is differenced against a rolling previous sample at least ``GPM_MIN_INTERVAL_S``
 old; a read closer than that reuses the last values, so the sampler never sleeps.
+
+Which GPU: by UUID or PCI bus id when given (``device_uuid`` / ``bus_id``), else by NVML index. NVML numbers
+every GPU of the machine in PCI order and ignores ``CUDA_VISIBLE_DEVICES``, so inside a process that sees
+one GPU (a Ray worker, ``CUDA_VISIBLE_DEVICES=3``) index 0 is another card: the UUID that CUDA reports for
+the process's device names the right one.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
 from engine.core import flags
 from engine.core.flags import env_flag
 from engine.telemetry import specs
+
+log = logging.getLogger(__name__)
 
 REASON_NOT_SUPPORTED = "not supported on this GPU"
 REASON_GPU_LOST = "GPU lost"
@@ -80,12 +88,31 @@ def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
+def normalise_uuid(value: Any) -> str:
+    """A GPU UUID as NVML spells it: 'GPU-58e3...', the hex in lower case (CUDA and torch give it without the
+    prefix); a MIG instance's 'MIG-...' keeps its prefix."""
+    text = _text(value).strip()
+    prefix, rest = (text[:4].upper(), text[4:]) if text[:4].upper() in ("GPU-", "MIG-") else ("GPU-", text)
+    return prefix + rest.lower()
+
+
+def normalise_bus_id(value: Any) -> str:
+    """A PCI bus id compared loosely: lower case, the domain as 4 digits ('00000000:3B:00.0' -> '0000:3b:00.0')."""
+    text = _text(value).strip().lower()
+    domain, sep, rest = text.partition(":")
+    return f"{domain[-4:].rjust(4, '0')}:{rest}" if sep and rest.count(":") == 1 else text
+
+
 class NvmlReader:
     """Reads one GPU; ``reasons[key]`` is '' while a metric is available, else why not."""
 
-    def __init__(self, nvml: Any, device_index: int = 0):
+    def __init__(self, nvml: Any, device_index: int = 0, device_uuid: str | None = None, bus_id: str | None = None):
         self.nvml = nvml
         self.device_index = device_index
+        self.device_uuid = normalise_uuid(device_uuid) if device_uuid else None
+        self.bus_id = bus_id or None
+        self.matched_by = ""  # "uuid", "bus id" or "index": how the handle was found
+        self.not_matched = ""  # why the UUID / bus id asked for was not used
         self.reasons: dict[str, str] = dict.fromkeys(ALL_GPU_KEYS, "")
         self.static: dict[str, Any] = {}
         self.handle: Any = None
@@ -138,15 +165,55 @@ class NvmlReader:
         if not count:
             self._fail_all(REASON_NO_GPU)
             return
-        if self.device_index >= count:
-            self._fail_all(f"no GPU at index {self.device_index} ({count} found)")
-            return
-        self.handle = self._query((), "nvmlDeviceGetHandleByIndex", self.device_index)
+        if self.device_uuid or self.bus_id:
+            self.handle = self._handle_by_identity(int(count))
+        if self.handle is None and (self.device_uuid or self.bus_id):
+            # not among NVML's GPUs (a MIG instance's UUID, an old driver): NVML's index, as before, and why
+            wanted = f"UUID {self.device_uuid}" if self.device_uuid else f"PCI bus id {self.bus_id}"
+            log.warning("telemetry: no GPU with %s among the %d NVML sees; reading GPU %d by index", wanted, count,
+                        self.device_index)
+            self.not_matched = f"no GPU with {wanted} among the {count} NVML sees"
+        if self.handle is None:
+            if self.device_index >= count:
+                self._fail_all(self.not_matched or f"no GPU at index {self.device_index} ({count} found)")
+                return
+            self.handle = self._query((), "nvmlDeviceGetHandleByIndex", self.device_index)
+            self.matched_by = "index"
         if self.handle is None:
             self._fail_all(REASON_NO_GPU)
             return
         self._read_static()
+        self.static["matched_by"] = self.matched_by + (f" ({self.not_matched})" if self.not_matched else "")
         self._open_gpm()
+
+    def _handle_by_identity(self, count: int) -> Any:
+        """The handle of the GPU named by UUID (or bus id): NVML's direct lookup, else a scan of every handle."""
+        if self.device_uuid:
+            handle = self._query((), "nvmlDeviceGetHandleByUUID", self.device_uuid)
+            if handle is None:
+                handle = self._scan(count, "nvmlDeviceGetUUID", lambda v: normalise_uuid(v) == self.device_uuid)
+            if handle is not None:
+                self.matched_by = "uuid"
+                return handle
+        if self.bus_id:
+            wanted = normalise_bus_id(self.bus_id)
+            handle = self._query((), "nvmlDeviceGetHandleByPciBusId", self.bus_id)
+            if handle is None:
+                handle = self._scan(count, "nvmlDeviceGetPciInfo",
+                                    lambda v: normalise_bus_id(getattr(v, "busId", None) or "") == wanted)
+            if handle is not None:
+                self.matched_by = "bus id"
+                return handle
+        return None
+
+    def _scan(self, count: int, fn_name: str, matches: Any) -> Any:
+        for index in range(count):
+            handle = self._query((), "nvmlDeviceGetHandleByIndex", index)
+            value = self._query((), fn_name, handle) if handle is not None else None
+            if value is not None and matches(value):
+                self.device_index = index
+                return handle
+        return None
 
     def _read_static(self) -> None:
         n, h = self.nvml, self.handle

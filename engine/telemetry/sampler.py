@@ -228,13 +228,16 @@ class TelemetrySampler:
         capacity: int = DEFAULT_CAPACITY,
         nvml: Any = None,
         psutil_mod: Any = None,
+        device_uuid: str | None = None,
+        bus_id: str | None = None,
     ):
+        """``device_uuid`` / ``bus_id``: the GPU by identity rather than NVML index (engine.telemetry.nvml)."""
         if rate_hz <= 0:
             raise ValueError(f"rate_hz must be > 0, got {rate_hz}")
         self.rate_hz = float(rate_hz)
         if nvml is None and not nvml_reader.nvml_disabled_by_env():
             nvml = _import_pynvml()
-        self._reader = nvml_reader.NvmlReader(nvml, device_index)
+        self._reader = nvml_reader.NvmlReader(nvml, device_index, device_uuid=device_uuid, bus_id=bus_id)
         self._psutil = psutil_mod if psutil_mod is not None else _import_psutil()
         self._psutil_reason = "" if self._psutil is not None else REASON_NO_PSUTIL
         self._cpu: _CpuTimes | None = None

@@ -171,7 +171,7 @@ class Bench:
     def __init__(self, data: BenchInput, tracker_name: str, device: str, timing: bool = True,
                  telemetry: bool = True, cost: bool = True, log=None, deep: bool = False,
                  trace_dir: Path | None = None, direct: bool = True):
-        from engine.core.devices import resolve_device
+        from engine.core.devices import cuda_uuid, resolve_device
         from engine.trackers import load_tracker
 
         self.data = data
@@ -192,7 +192,8 @@ class Bench:
         if telemetry:
             from engine.telemetry.sampler import TelemetrySampler
 
-            self.sampler = TelemetrySampler(device_index=self.device.index or 0)
+            # the GPU by UUID: NVML's index is not CUDA's under CUDA_VISIBLE_DEVICES (a Ray worker's one GPU)
+            self.sampler = TelemetrySampler(device_index=self.device.index or 0, device_uuid=cuda_uuid(self.device))
         self.rows: list[Row] = []
         self.reports: list[Report] = []
         # per (points, frames) batch sizes: the fp32 row and its final (tracks, visible), unrounded
