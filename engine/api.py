@@ -49,6 +49,8 @@ from engine.core.stages import BUILTIN_STAGES
 from engine.trackers import TrackerCache, available_trackers, load_tracker
 from engine.trackers.lk import STAGES as LK_STAGES
 from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult, track_arrays
+from engine.trackers.compiled_switch import COMPILE_MODES, compile_status_text
+from engine.core.flags import CORRTRACK_COMPILE
 
 # -- the session and its events -----------------------------------------------------------------------------------
 from engine.run.session import BatchDone, Failed, Finished, Session, Started
@@ -188,4 +190,5 @@ __all__ = [
     "tunable_settings", "values_taken",
     "specs", "speedup_over", "tapvid_metrics", "track_arrays", "tradeoff_accuracy_axis", "write_video",
     "DIFF_LEVELS", "Diff", "DiffRow", "SpecSplit", "WaterfallStep",
+    "COMPILE_MODES", "CORRTRACK_COMPILE", "compile_status_text",
 ]
