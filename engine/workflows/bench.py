@@ -463,7 +463,8 @@ def compile_note(report: Report) -> str:
     if details.get("compile_mode", "off") == "off" and details.get("compile") in (None, False, "eager"):
         return ""
     runs = report.warm_runs or report.finished_runs
-    labels = [_compile_label(r.extra.get("compile", details.get("compile"))) for r in runs]
+    labels = [_compile_label(r.extra.get("compile", details.get("compile"))) for r in runs] or [
+        _compile_label(details.get("compile"))]
     counts = {label: labels.count(label) for label in dict.fromkeys(labels)}
     text = "; ".join(label if len(counts) == 1 else f"{label} x{n}" for label, n in counts.items())
     seconds = next((r.extra["compile_s"] for r in reversed(runs) if "compile_s" in r.extra), details.get("compile_s"))

@@ -255,7 +255,8 @@ class CorrTrackTracker(Tracker):
             self.compile_error = status.error
         if self.compile_error:
             return CompileStatus(self.compile_mode, FAILED, status.seconds, False, self.compile_error)
-        if self._device.type != "cuda" and not torch.cuda.is_available():
+        device = self._device if self._device.type == "cuda" or not torch.cuda.is_available() else torch.device("cuda")
+        if not self._compiling(device):
             return CompileStatus("off", status.state)  # CUDA only: nothing compiles here
         return status
 
@@ -313,8 +314,9 @@ class CorrTrackTracker(Tracker):
                 self.cuda_graphs and not self.graph_error, int(num_points))
 
     def _note_tf32(self) -> None:
-        """Count a batch boundary run with TF32 on (a background job compiling meanwhile is redone)."""
-        if torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32:
+        """Count a batch boundary run with matmul TF32 on (a background job compiling meanwhile is redone). The
+        matmul flag is the one dynamo guards and Inductor keys on; cuDNN's is read when a conv runs."""
+        if torch.backends.cuda.matmul.allow_tf32:
             self._tf32_batches += 1
 
     def _cache_for(self, device: torch.device) -> CompileCache:
@@ -346,16 +348,16 @@ class CorrTrackTracker(Tracker):
         def job() -> bool:
             t0 = time.perf_counter()
             cache = self._cache_for(device)
-            if threaded and (torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32):
+            if threaded and torch.backends.cuda.matmul.allow_tf32:
                 raise RetryLater("a batch with TF32 on is running")
             tf32_before = self._tf32_batches
             counts = inductor_cache_counts()
             frames = frames_ref()
             if not isinstance(frames, np.ndarray) or frames.shape != video_shape:
                 frames = np.random.default_rng(COMPILE_JOB_SEED).integers(0, 256, video_shape, dtype=np.uint8)
-            stream = torch.cuda.Stream(device) if threaded else None
+            stream = torch.cuda.Stream(device) if threaded and device.type == "cuda" else None
             dtype = autocast_dtype(precision, device)
-            cast = (torch.autocast("cuda", dtype=dtype, cache_enabled=not graphs) if dtype is not None
+            cast = (torch.autocast(device.type, dtype=dtype, cache_enabled=not graphs) if dtype is not None
                     else nullcontext())
             self._local.job = True
             try:
