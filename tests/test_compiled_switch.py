@@ -296,3 +296,12 @@ def test_an_old_report_reads_its_true_false_compile() -> None:
     report = dataclasses.replace(empty, tracker=TrackerInfo("corrtrack", details={"compile": True}))
     assert compile_note(report) == "compiled"
     assert compile_note(dataclasses.replace(empty, tracker=TrackerInfo("corrtrack", details={"compile": False}))) == ""
+
+
+def test_the_counting_pass_runs_eager_and_asks_for_no_compile(monkeypatch, tmp_path: Path) -> None:
+    stand_in = _StandIn()
+    stand_in.release.set()
+    tracker = _tracker(monkeypatch, tmp_path, stand_in, mode="on")
+    with tracker.counting_mode():
+        _run(tracker)
+    assert stand_in.compiled == [] and stand_in.run_only == [] and not tracker.switch._ready

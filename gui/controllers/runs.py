@@ -166,7 +166,7 @@ class RunActions(QObject):
         gate_note = f" ({event.precision_gate})" if event.precision_gate else ""
         self.status.emit(f"Running on {event.device_name}{gate_note}: 0 / {event.num_batches} batches")
         compiled = compile_status_text(self._tracker)  # "CorrTrack: eager, compiling in the background…"
-        if compiled:
+        if compiled and compiled != self.compile_status:  # said once per change, not at every looped run
             self.compile_status = compiled
             self.note.emit(compiled)
 

@@ -136,6 +136,7 @@ class CorrTrackTracker(Tracker):
         self._compile_cache_root = compile_cache_root
         self._tf32_batches = 0  # entries and exits of batches run with TF32 on (``_compile_job``)
         self._frames_ref: Callable[[], Any] = lambda: None  # the last prepared frames, for a compile job
+        self._counting = False  # inside counting_mode: eager, and no compile asked for
         self.graph_error = ""
         self._track_graphs = GraphCache()
         self._backbone_graphs = GraphCache()
@@ -185,13 +186,16 @@ class CorrTrackTracker(Tracker):
 
     @contextmanager
     def counting_mode(self) -> Iterator[None]:
-        """Eager (no CUDA graphs) while the cost model counts ops: graph replays hide them."""
+        """Eager (no CUDA graphs, no compiled code, nothing compiled for it) while the cost model counts ops:
+        graph replays and fused kernels hide them."""
         saved = self.cuda_graphs
         self.cuda_graphs = False
+        self._counting = True
         try:
             yield
         finally:
             self.cuda_graphs = saved
+            self._counting = False
 
     def _model_on(self, device: torch.device) -> CorrTrackNet:
         if device != self._device:
@@ -293,7 +297,7 @@ class CorrTrackTracker(Tracker):
         """Whether this batch runs compiled code (set for this thread): on, the job runs here first; in the
         background, it is requested (when ``job`` is given) and the batch runs eagerly until it is done."""
         use = False
-        if self._compiling(keys[0][1]) and not getattr(self._local, "job", False):
+        if self._compiling(keys[0][1]) and not getattr(self._local, "job", False) and not self._counting:
             if all(self.switch.ready(k) for k in keys):
                 use = True
             elif job is not None and self.compile_mode == "on":
