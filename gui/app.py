@@ -10,7 +10,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from engine.api import PRECISIONS, UserError, sample_video_path
+from engine.api import COMPILE_MODES, PRECISIONS, UserError, sample_video_path
 from gui.platform_libs import platform_problem
 
 #: Qt platforms that draw without a display server (QT_QPA_PLATFORM=offscreen for screenshots and tests)
@@ -75,6 +75,21 @@ def _config_from_args(args: argparse.Namespace, settings):
     return config, settings.notes + notes + arg_notes
 
 
+def apply_compile_setting(args: argparse.Namespace, settings, environ=None) -> str:
+    """CorrTrack's compile mode for this app: ``--compile`` (then saved), else the setting; the environment's
+    TRACKSCOPE_CORRTRACK_COMPILE, when set, wins over the setting (not over ``--compile``). -> the mode."""
+    from engine.api import CORRTRACK_COMPILE
+
+    env = os.environ if environ is None else environ
+    given = getattr(args, "compile", None)
+    if given is not None:
+        settings.set_compile_mode(given)
+        env[CORRTRACK_COMPILE] = given
+    elif CORRTRACK_COMPILE not in env:
+        env[CORRTRACK_COMPILE] = settings.compile_mode()
+    return env[CORRTRACK_COMPILE]
+
+
 #: the app's log file (INFO and above) in its cache folder, rotated at this size, one old file kept
 LOG_FILE_NAME = "trackscope.log"
 LOG_FILE_MAX_BYTES = 2 * 2**20
@@ -128,6 +143,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--points-per-batch", type=int, help="query points per batch")
     parser.add_argument("--frames-per-batch", type=int, help="frames per batch")
     parser.add_argument("--run", action="store_true", help="start tracking as soon as the window opens")
+    parser.add_argument("--compile", choices=COMPILE_MODES,
+                        help="CorrTrack through torch.compile (CUDA), saved as the app's setting (default "
+                             "background: eager at once, compiled when the background compile is done)")
     parser.add_argument("--screenshot", metavar="PNG",
                         help="after the run (with --run) or on open, save the window as PNG and quit")
     parser.add_argument("--size", default="1500x900", help="window size WxH for --screenshot (default 1500x900)")
@@ -147,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{args.path}: no such file or folder")
     settings = Settings()
     config, notes = _config_from_args(args, settings)
+    apply_compile_setting(args, settings)
     for note in notes:
         print(f"trackscope gui: warning: {note}", file=sys.stderr)
     if args.screenshot:

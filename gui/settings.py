@@ -19,6 +19,7 @@ from typing import Any
 from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
 
 from engine.api import (
+    COMPILE_MODES,
     MAX_FRAMES_PER_BATCH,
     MAX_POINTS_PER_BATCH,
     PRECISIONS,
@@ -32,6 +33,8 @@ from gui.panels.run_panel import DEFAULT_GRID, MAX_GRID
 ORGANIZATION = "trackscope"
 APPLICATION = "trackscope"
 MAX_RECENT = 10
+#: CorrTrack's compile mode in the app: eager at once, compiled when the background compile is done
+DEFAULT_COMPILE_MODE = "background"
 MAX_SHOWN_CHARS = 80  # a bad value is quoted in a note up to this length
 
 
@@ -207,6 +210,17 @@ class Settings:
 
     def set_config(self, config: RunConfig) -> None:
         self.store.setValue("config", json.dumps(config.to_dict()))
+
+    def compile_mode(self) -> str:
+        """How CorrTrack compiles in the app (off / on / background; default background: a no-op without
+        CUDA); a stored value that is not one of them reads as the default."""
+        value = self.store.value("corrtrack/compile", DEFAULT_COMPILE_MODE)
+        return value if value in COMPILE_MODES else DEFAULT_COMPILE_MODE
+
+    def set_compile_mode(self, mode: str) -> None:
+        if mode not in COMPILE_MODES:
+            raise ValueError(f"compile mode must be one of {', '.join(COMPILE_MODES)}, not {mode!r}")
+        self.store.setValue("corrtrack/compile", mode)
 
     def grid(self) -> int:
         """The last grid size k (k x k queries), within the grid control's range."""

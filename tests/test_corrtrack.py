@@ -234,14 +234,14 @@ def test_polish_option_env_and_describe(monkeypatch) -> None:
 def test_compile_is_opt_in_and_cuda_only(monkeypatch) -> None:
     monkeypatch.delenv(COMPILE_ENV, raising=False)
     model = CorrTrackNet(TINY)
-    assert CorrTrackTracker(model=model).describe()["compile"] is False
+    assert CorrTrackTracker(model=model).describe()["compile"] == "eager"
     monkeypatch.setenv(COMPILE_ENV, "1")
     tracker = CorrTrackTracker(model=model)
     assert tracker.compile is True
     # on the CPU the plain functions run (compiling would cost tens of seconds per shape for little),
     # and the report says so
     assert tracker._fn("refine_step", model.refine_step, torch.device("cpu")) == model.refine_step
-    assert tracker._compiled == {} and tracker.describe()["compile"] is False
+    assert tracker._compiled == {} and tracker.describe()["compile"] == "eager"
     assert tracker._compiling(torch.device("cuda")) is True
 
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from engine.cli.common import add_tracker_arguments, check_output_folder, check_output_path
+from engine.cli.compile_flag import add_compile_argument, apply_compile_flag
 from engine.core.config import RunConfig
 from engine.core.errors import UserError
 from engine.core.outputs import exclusive_folder
@@ -81,6 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overhead", action="store_true",
                    help="measure instrumentation overhead: timing+telemetry on vs off, alternating, "
                         "the median ratio of 3 sets")
+    add_compile_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,6 +102,7 @@ def _bench(args: argparse.Namespace) -> int:
         if writer_out.is_dir():
             check_output_path(writer_out / BENCH_FILE, "--out")
     data = load_input(args)
+    apply_compile_flag(args)
     bench = Bench(data, args.tracker, args.device, timing=not args.no_timing, telemetry=not args.no_telemetry,
                   cost=not args.no_cost, deep=args.deep, trace_dir=args.out, direct=not args.no_direct)
     try:  # the largest configuration, before any runs (a CUDA device only)

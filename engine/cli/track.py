@@ -13,6 +13,7 @@ from engine.cli.common import (
     check_output_path,
     config_from_args,
 )
+from engine.cli.compile_flag import add_compile_argument, apply_compile_flag
 from engine.cli.progress import LiveBar
 from engine.core.errors import UserError
 from engine.core.precision import gate
@@ -37,6 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"The report is written before the capture; the capture stops recording at "
                         f"{CaptureLimits().describe()} (and says so); exit {DEEP_FAILED_EXIT} when it failed")
     add_run_arguments(p)
+    add_compile_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.trackers import load_tracker
 
     config = config_from_args(args)
+    apply_compile_flag(args)
     check_output_path(args.out, "--out", (".npz", ".csv"))  # before any work: exit 2 with the reason
     if args.report is not None:
         check_output_path(args.report, "--report")
@@ -92,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     for w in info["warnings"]:
         print(f"trackscope track: warning: {w}", file=sys.stderr)
     # --deep captures more runs of the same tracker instance: its modules are the capture's roots
-    tracker = load_tracker(config.tracker) if args.deep else None
+    tracker = load_tracker(config.tracker) if args.deep or args.compile == "background" else None
     session = Session(frames, queries, config, tracker=tracker, video_info=info, geometry=geometry)
     recorder = None
     if args.report is not None:
@@ -110,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
                   f"({info['width']}x{info['height']})", file=sys.stderr)
             if event.device_note:
                 print(f"trackscope track: note: {event.device_note}", file=sys.stderr)
+            if event.tracker.get("compile_mode", "off") != "off":
+                print(f"trackscope track: {event.tracker.get('compile')}", file=sys.stderr)
             # a mode the device refuses fails next, its error giving the same reason: say it once
             if event.precision_gate and gate(config.precision, event.device).runnable:
                 print(f"trackscope track: warning: {event.precision_gate}", file=sys.stderr)
@@ -124,6 +129,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(last.message, last.suggestion)
     assert isinstance(last, Finished)
     save_tracks(args.out, last.tracks, last.visible, queries)
+    switch = getattr(tracker, "switch", None)
+    if switch is not None and switch.busy:  # its cache serves the next start: let it finish, not die at exit
+        print("trackscope track: waiting for the background compile to finish (cached for the next start)",
+              file=sys.stderr)
+        switch.wait()
     print(f"trackscope track: wrote {args.out} ({len(queries)} points, {last.wall_ms:.0f} ms)", file=sys.stderr)
     if recorder is not None:  # the timed run's report first: a Ctrl-C, hang or crash in the capture keeps it
         from engine.report.files import save

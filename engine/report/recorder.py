@@ -44,6 +44,8 @@ from engine.telemetry.environment import capture_environment
 TELEMETRY_MARGIN_S = 0.25
 #: more telemetry samples than this are thinned by a stride
 MAX_TELEMETRY_SAMPLES = 3000
+#: the tracker's description keys each run keeps (what ran: "eager", "compiled", ...; the compile's seconds)
+RUN_TRACKER_KEYS = ("compile", "compile_s")
 #: the video keys of the session's Started.video that make its geometry (source size, decoded size)
 _GEOMETRY_KEYS = ("width", "height", "frame_width", "frame_height")
 
@@ -78,6 +80,8 @@ class _OpenRun:
     def to_run(self) -> Run:
         s = self.started
         extra = {"device_note": s.device_note} if s is not None and s.device_note else {}
+        if s is not None:  # what ran, compiled or eager, as the tracker said at the run's start
+            extra.update({k: s.tracker[k] for k in RUN_TRACKER_KEYS if k in s.tracker})
         return Run(index=self.index, cold=self.cold, status=self.status, start_s=self.start_s,
                    wall_ms=self.wall_ms(), end_to_end_ms=self.end_to_end_ms, stage_ms=self.stage_ms(),
                    batches=tuple(self.batches), error=self.error, config=s.config if s else None,

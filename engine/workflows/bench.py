@@ -367,6 +367,9 @@ class Bench:
         notes = [gate_reason] if gate_reason else []
         if row.cold_ms and row.ms_median:
             notes.append(f"cold {row.cold_ms:.0f} ms")
+        compiled = compile_note(report)
+        if compiled:
+            notes.append(compiled)
         if row.ms_p10 and row.ms_p90 and row.ms_p90 / row.ms_p10 >= NOISY_SPREAD:
             notes.append(f"noisy: p90/p10 {row.ms_p90 / row.ms_p10:.1f}x (machine busy?)")
         row.note = "; ".join(notes)
@@ -455,6 +458,28 @@ class Bench:
     def close(self) -> None:
         if self.sampler is not None:
             self.sampler.close()
+
+
+def compile_note(report: Report) -> str:
+    """Which code the timed runs ran, when the tracker compiles: 'compiled (from cache), compile 1.2 s', or
+    each label with its count of runs ('eager, compiling in the background x3; compiled x7'); '' when it
+    does not compile (a report from before the labels: its True/False read as compiled/eager)."""
+    details = report.tracker.details
+    if details.get("compile_mode", "off") == "off" and details.get("compile") in (None, False, "eager"):
+        return ""
+    runs = report.warm_runs or report.finished_runs
+    labels = [_compile_label(r.extra.get("compile", details.get("compile"))) for r in runs] or [
+        _compile_label(details.get("compile"))]
+    counts = {label: labels.count(label) for label in dict.fromkeys(labels)}
+    text = "; ".join(label if len(counts) == 1 else f"{label} x{n}" for label, n in counts.items())
+    seconds = next((r.extra["compile_s"] for r in reversed(runs) if "compile_s" in r.extra), details.get("compile_s"))
+    return f"{text}, compile {seconds:.1f} s" if isinstance(seconds, (int, float)) else text
+
+
+def _compile_label(value: Any) -> str:
+    if isinstance(value, bool):
+        return "compiled" if value else "eager"
+    return str(value) if value else "eager"
 
 
 def _fmt(value: float | None, spec: str, empty: str = "-") -> str:

@@ -18,7 +18,18 @@ from typing import Any
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from engine.api import BatchDone, ConfigChange, Failed, Finished, Report, RunConfig, Started, UserError, run_title
+from engine.api import (
+    BatchDone,
+    ConfigChange,
+    Failed,
+    Finished,
+    Report,
+    RunConfig,
+    Started,
+    UserError,
+    compile_status_text,
+    run_title,
+)
 from gui.controllers.runner import ReportReady, RunController
 from gui.history import FAILED, FINISHED, STOPPED, run_settings, sized_title, video_name
 from gui.model import RunData
@@ -58,6 +69,7 @@ class RunActions(QObject):
         self._tracker: dict[str, Any] = {}  # the running tracker's description (what settings it uses)
         self._configs: list[RunConfig] = []  # the configs the current run used, in order (live toggles)
         self._num_queries = 0
+        self.compile_status = ""  # the last run's compile line (eager or compiled); "" when it does not compile
         self._device_name = ""
         state.video_changed.connect(self._reset_clock)
         state.video_changed.connect(lambda: self.status.emit(""))  # no progress line of another video's run
@@ -153,6 +165,10 @@ class RunActions(QObject):
         s.current.config = event.config.to_dict()
         gate_note = f" ({event.precision_gate})" if event.precision_gate else ""
         self.status.emit(f"Running on {event.device_name}{gate_note}: 0 / {event.num_batches} batches")
+        compiled = compile_status_text(self._tracker)  # "CorrTrack: eager, compiling in the background…"
+        if compiled and compiled != self.compile_status:  # said once per change, not at every looped run
+            self.compile_status = compiled
+            self.note.emit(compiled)
 
     def _title(self) -> str:
         """The running tracker with every value of its settings used so far ('corrtrack fp32 p64→32 f16')."""

@@ -16,6 +16,8 @@ from contextlib import nullcontext
 import torch
 
 MAX_CACHED = 2  # keys with captured graphs kept alive (each holds its stages' memory)
+#: cudaStreamCaptureMode of every capture: only the capturing thread's unsafe CUDA calls break it
+CAPTURE_ERROR_MODE = "thread_local"
 
 Tensors = tuple[torch.Tensor, ...]
 
@@ -36,7 +38,11 @@ class GraphedStage:
             fn(*self.inputs)  # warm-up: cuDNN/cuBLAS choices and handles outside the capture
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
-        with _uncached_autocast(), torch.cuda.graph(self.graph, pool=pool):  # type: ignore[arg-type]
+        # thread-local capture mode: a background compile (engine.trackers.compiled_switch) may allocate, sync or
+        # load kernels in its own thread and stream meanwhile; in the default global mode any such call from any
+        # thread invalidates this capture. This thread's own calls are still checked.
+        with _uncached_autocast(), torch.cuda.graph(self.graph, pool=pool,  # type: ignore[arg-type]
+                                                    capture_error_mode=CAPTURE_ERROR_MODE):
             self.outputs = tuple(fn(*self.inputs))
         self.graph.replay()  # fill the outputs, so the next stage captures on real data
 

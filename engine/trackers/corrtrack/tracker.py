@@ -7,10 +7,14 @@ or the environment sets TRACKSCOPE_CORRTRACK_POLISH=0), download.
 Nothing inside a batch waits for the device: the only sync is the final copy back to the host.
 On CUDA each stage runs as a captured CUDA graph (graphs.py) unless ``cuda_graphs=False`` or the
 environment sets TRACKSCOPE_NO_CUDA_GRAPHS=1; a capture that fails falls back to eager for good.
-Opt-in, CUDA only: ``compile=True`` (or TRACKSCOPE_CORRTRACK_COMPILE=1) runs the backbone's features, each
+CUDA only: ``compile="on"`` (or True, or TRACKSCOPE_CORRTRACK_COMPILE=1) runs the backbone's features, each
 refinement iteration and the polish through torch.compile (inductor, static shapes): on the H200 the
 warm call took about half the time, but first runs took 16-62 s to compile, so it is off by default
-(cold start). A compile that fails falls back to the uncompiled code for good.
+(cold start). ``compile="background"`` (TRACKSCOPE_CORRTRACK_COMPILE=background; the app's default) runs
+eagerly at once and compiles in a background thread (engine.trackers.compiled_switch), switching to the
+compiled functions from the batch after it is done; Inductor's caches persist in a keyed private folder
+(engine.trackers.compile_cache), so a later start compiles from them in seconds. A compile that fails
+falls back to the uncompiled code for good. How the two threads stay off each other: ``_compile_job``.
 int8/fp8 (engine.trackers.quant): a quantised copy of the network, made once per mode and device, runs
 them; the float model is never touched, so fp32/tf32/fp16/bf16 run as before. Quantised: the backbone's
 1x1 projections, the correlation volume's matmul (per-query x per-position dynamic scales), query_in, the
@@ -22,8 +26,11 @@ ops, shapes static, the kernel check runs before any capture); a failing capture
 from __future__ import annotations
 
 import copy
+import threading
+import time
+import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,9 +40,11 @@ import torch
 from engine.core import flags
 from engine.core.flags import env_flag
 from engine.core.pixels import resample_coordinates
-from engine.core.precision import QUANT_MODES
-from engine.core.stages import BUILTIN_STAGES
+from engine.core.precision import QUANT_MODES, autocast_dtype
+from engine.core.stages import BUILTIN_STAGES, StageTimer
 from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult
+from engine.trackers.compile_cache import CompileCache, Variant, inductor_cache_counts
+from engine.trackers.compiled_switch import COMPILE_MODES, FAILED, CompiledSwitch, CompileStatus, RetryLater
 from engine.trackers.corrtrack.graphs import GraphCache, GraphCaptureError
 from engine.trackers.corrtrack.model import MODEL_SIZE, CorrTrackNet, count_parameters, visible_from_logits
 from engine.trackers.corrtrack.polish import PolishConfig, grey_frames, ncc_polish
@@ -44,7 +53,13 @@ from engine.trackers.quant import QuantReport, quantize_module, recipe_for
 
 NO_GRAPHS_ENV = flags.NO_CUDA_GRAPHS
 POLISH_ENV = flags.CORRTRACK_POLISH  # false turns the NCC polish off
-COMPILE_ENV = flags.CORRTRACK_COMPILE  # true turns torch.compile on (CUDA)
+COMPILE_ENV = flags.CORRTRACK_COMPILE  # true/on: torch.compile on (CUDA); "background": compile in a thread
+#: the word of COMPILE_ENV (beside the true/false words) that picks the background compile
+BACKGROUND_WORD = "background"
+#: precisions the background compile covers: their TF32 flags are off, as between batches (``_compile_job``)
+BACKGROUND_PRECISIONS = ("fp32", "fp16", "bf16")
+#: seed of the stand-in frames and queries a compile job runs on (only their shapes matter)
+COMPILE_JOB_SEED = 0
 RECOMPILE_LIMIT = 64  # dynamo's variants per compiled function, raised to this while compiling is on
 #: layers a mode keeps in float, with the measured reason
 KEEP_FLOAT = {
@@ -86,11 +101,14 @@ class CorrTrackTracker(Tracker):
 
     def __init__(self, weights: Path | str | None = None, model: CorrTrackNet | None = None,
                  cuda_graphs: bool | None = None, polish: bool | None = None,
-                 polish_config: PolishConfig | None = None, compile: bool | None = None):
+                 polish_config: PolishConfig | None = None, compile: bool | str | None = None,
+                 compile_cache_root: Path | None = None):
         """Load checked weights (default: the shipped ones), or use ``model`` as given (tests).
 
         polish: NCC sub-pixel polish after refinement (default on, unless TRACKSCOPE_CORRTRACK_POLISH=0).
-        compile: torch.compile the hot functions on CUDA (default off, unless TRACKSCOPE_CORRTRACK_COMPILE=1).
+        compile: torch.compile the hot functions on CUDA: "off" (False), "on" (True) or "background"
+        (default off, unless TRACKSCOPE_CORRTRACK_COMPILE says otherwise). compile_cache_root: where the
+        keyed compile-cache folders go (default ~/.cache/trackscope/compile).
         """
         if model is not None:
             self.model = model.eval()
@@ -106,11 +124,19 @@ class CorrTrackTracker(Tracker):
             polish = env_flag(POLISH_ENV, default=True)
         self.polish = polish
         self.polish_config = polish_config or PolishConfig()
-        if compile is None:
-            compile = env_flag(COMPILE_ENV, default=False)
-        self.compile = compile
+        self.compile_mode = compile_mode(compile)
+        self.compile = self.compile_mode != "off"
         self.compile_error = ""
         self._compiled: dict[str, Callable[..., Any]] = {}
+        self._run_only: dict[str, Callable[..., Any]] = {}
+        self._compile_lock = threading.Lock()  # makes the compiled twins once, whichever thread asks first
+        self._local = threading.local()  # per thread: .job (a compile job runs here), .use_compiled (this batch)
+        self.switch = CompiledSwitch(self.compile_mode)
+        self.compile_cache: CompileCache | None = None
+        self._compile_cache_root = compile_cache_root
+        self._tf32_batches = 0  # entries and exits of batches run with TF32 on (``_compile_job``)
+        self._frames_ref: Callable[[], Any] = lambda: None  # the last prepared frames, for a compile job
+        self._counting = False  # inside counting_mode: eager, and no compile asked for
         self.graph_error = ""
         self._track_graphs = GraphCache()
         self._backbone_graphs = GraphCache()
@@ -126,14 +152,12 @@ class CorrTrackTracker(Tracker):
             "weights": str(self.weights_path) if self.weights_path else None,
             "cuda_graphs": self.cuda_graphs and not self.graph_error,
             "polish": self.polish,
-            "compile": self._compiling(self._device),
+            **self.compile_info(),
         }
         if self.polish:
             info["polish_config"] = self.polish_config.to_dict()
         if self.graph_error:
             info["cuda_graphs_error"] = self.graph_error
-        if self.compile_error:
-            info["compile_error"] = self.compile_error
         for key in ("sha256", "validation", "training", "date"):
             if key in self.manifest:
                 info[key] = self.manifest[key]
@@ -162,13 +186,16 @@ class CorrTrackTracker(Tracker):
 
     @contextmanager
     def counting_mode(self) -> Iterator[None]:
-        """Eager (no CUDA graphs) while the cost model counts ops: graph replays hide them."""
+        """Eager (no CUDA graphs, no compiled code, nothing compiled for it) while the cost model counts ops:
+        graph replays and fused kernels hide them."""
         saved = self.cuda_graphs
         self.cuda_graphs = False
+        self._counting = True
         try:
             yield
         finally:
             self.cuda_graphs = saved
+            self._counting = False
 
     def _model_on(self, device: torch.device) -> CorrTrackNet:
         if device != self._device:
@@ -178,6 +205,7 @@ class CorrTrackTracker(Tracker):
             self._track_graphs.clear()
             self._backbone_graphs.clear()
             self._quantised.clear()
+            self.switch.forget()  # compiled code guards on the parameters' device
         return self.model
 
     def _model_for(self, ctx: RunContext) -> CorrTrackNet:
@@ -197,30 +225,174 @@ class CorrTrackTracker(Tracker):
 
     def _runner(self, ctx: RunContext, cache: GraphCache, key: tuple) -> Callable[..., tuple]:
         """stage(name, fn, *inputs): replay a CUDA graph of fn when graphs are on, else call fn."""
-        if ctx.device.type != "cuda" or not self.cuda_graphs or self.graph_error:
+        if ctx.device.type != "cuda" or not self.cuda_graphs or self.graph_error or getattr(self._local, "job", False):
             return lambda name, fn, *inputs: tuple(fn(*inputs))
-        full_key = (*key, str(ctx.device), ctx.precision, torch.backends.cuda.matmul.allow_tf32)
+        # a graph holds the kernels it captured: eager and compiled stages are captured apart
+        full_key = (*key, str(ctx.device), ctx.precision, torch.backends.cuda.matmul.allow_tf32,
+                    bool(getattr(self._local, "use_compiled", False)))
         return lambda name, fn, *inputs: cache.stage(full_key, name, fn, inputs)
 
+    # -- compiling ------------------------------------------------------------------------------------------
+    def compile_info(self) -> dict[str, Any]:
+        """For the report: ``compile`` (what runs now: eager / eager, compiling in the background / compiled /
+        compiled (from cache)), ``compile_mode``, ``compile_s`` (the last compile's seconds), the error of a
+        failed one and the cache folder."""
+        status = self.compile_status()
+        info: dict[str, Any] = {"compile": status.label, "compile_mode": self.compile_mode}
+        if status.seconds is not None:
+            info["compile_s"] = round(status.seconds, 2)
+        if self.compile_error:
+            info["compile_error"] = self.compile_error
+        if self.compile_cache is not None:
+            info["compile_cache"] = str(self.compile_cache.folder)
+            if self.compile_cache.note:
+                info["compile_cache_note"] = self.compile_cache.note
+        return info
+
+    def compile_status(self) -> CompileStatus:
+        """The switch's status, eager (with the error) once a compile failed, or where compiling cannot happen
+        (no CUDA)."""
+        status = self.switch.status
+        if self.compile_mode == "off":
+            return status
+        if not self.compile_error and status.error:
+            self.compile_error = status.error
+        if self.compile_error:
+            return CompileStatus(self.compile_mode, FAILED, status.seconds, False, self.compile_error)
+        device = self._device if self._device.type == "cuda" or not torch.cuda.is_available() else torch.device("cuda")
+        if not self._compiling(device):
+            return CompileStatus("off", status.state)  # CUDA only: nothing compiles here
+        return status
+
     def _compiling(self, device: torch.device) -> bool:
-        return self.compile and device.type == "cuda" and not self.compile_error
+        return (self.compile_mode != "off" and device.type == "cuda" and not self.compile_error
+                and self.switch.status.state != FAILED)
 
     def _fn(self, name: str, fn: Callable[..., Any], device: torch.device) -> Callable[..., Any]:
-        """fn, or its torch.compile'd twin (made once per tracker) when compiling is on for this device."""
+        """fn, or its compiled twin when this batch uses compiled code: in a compile job the torch.compile'd
+        function itself (it compiles on this call), in a run the same code in dynamo's run-only mode (it
+        runs what was compiled and never compiles: a run thread never stalls on a compile)."""
         if not self._compiling(device):
             return fn
         key = f"{name}@{id(getattr(fn, '__self__', fn))}"  # the float model and a quantised copy compile apart
-        compiled = self._compiled.get(key)
-        if compiled is None:
-            # each shape, dtype and autocast setting (graph capture vs eager) compiles once: 8 variants
-            # per function, dynamo's default, are used up by two batch sizes in two precisions
-            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
-            compiled = self._compiled[key] = torch.compile(fn, dynamic=False)
-        return compiled
+        if getattr(self._local, "job", False):
+            with self._compile_lock:
+                compiled = self._compiled.get(key)
+                if compiled is None:
+                    # each shape, dtype and autocast setting (graph capture vs eager) compiles once: 8 variants
+                    # per function, dynamo's default, are used up by two batch sizes in two precisions
+                    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit,
+                                                               RECOMPILE_LIMIT)
+                    compiled = self._compiled[key] = torch.compile(fn, dynamic=False)
+            return compiled
+        if not getattr(self._local, "use_compiled", False):
+            return fn
+        with self._compile_lock:
+            run_only = self._run_only.get(key)
+            if run_only is None:
+                run_only = self._run_only[key] = torch._dynamo.run(fn)
+        return run_only
+
+    def _use_compiled(self, keys: tuple[tuple, ...], job: Callable[[], bool] | None) -> bool:
+        """Whether this batch runs compiled code (set for this thread): on, the job runs here first; in the
+        background, it is requested (when ``job`` is given) and the batch runs eagerly until it is done."""
+        use = False
+        if self._compiling(keys[0][1]) and not getattr(self._local, "job", False) and not self._counting:
+            if all(self.switch.ready(k) for k in keys):
+                use = True
+            elif job is not None and self.compile_mode == "on":
+                use = self.switch.inline(keys, job)
+            elif job is not None:
+                self.switch.request(keys, job)
+        self._local.use_compiled = use
+        return use
+
+    def _backbone_key(self, ctx: RunContext, video_shape: tuple[int, ...], keep_grey: bool) -> tuple:
+        """What a prepare's compiled code depends on (the second item is the device: ``_compiling`` reads it)."""
+        return ("backbone", ctx.device, ctx.precision, tuple(video_shape), ctx.frames_per_batch, bool(keep_grey),
+                self.cuda_graphs and not self.graph_error)
+
+    def _track_key(self, ctx: RunContext, video_shape: tuple[int, ...], num_points: int) -> tuple:
+        """What a track call's compiled code depends on (the backbone's, and the batch's number of points)."""
+        return ("track", ctx.device, ctx.precision, tuple(video_shape), ctx.frames_per_batch, self.polish,
+                self.cuda_graphs and not self.graph_error, int(num_points))
+
+    def _note_tf32(self) -> None:
+        """Count a batch boundary run with matmul TF32 on (a background job compiling meanwhile is redone). The
+        matmul flag is the one dynamo guards and Inductor keys on; cuDNN's is read when a conv runs."""
+        if torch.backends.cuda.matmul.allow_tf32:
+            self._tf32_batches += 1
+
+    def _cache_for(self, device: torch.device) -> CompileCache:
+        if self.compile_cache is None:
+            self.compile_cache = CompileCache.for_device(device, self._compile_cache_root)
+            self.compile_cache.activate()
+        return self.compile_cache
+
+    def _compile_job(self, device: torch.device, precision: str, video_shape: tuple[int, ...],
+                     frames_per_batch: int, num_points: int | None, threaded: bool) -> Callable[[], bool]:
+        """A job that compiles every function a batch of these shapes calls: prepare (and, with
+        ``num_points``, track) on stand-in frames and queries of the same shapes, in the calls' own
+        contexts, so the run finds the variants it needs. Returns whether they came from the disk cache.
+
+        Two threads on one GPU, and why this is safe: the job runs on its own CUDA stream (never the run's),
+        captures no CUDA graph (``_runner`` calls the stages plainly in a job), and the run's graph captures
+        use thread-local capture mode (graphs.py), so the job's CUDA calls (allocations, syncs, kernel
+        loads) cannot invalidate a capture in the run's thread; the allocator keeps the job's memory out of
+        the capture's pool. No lock is held over the GPU work: it would stop the run for the whole compile.
+        The job changes no global flag. TF32 is process-global and part of dynamo's guards, so a background
+        job covers only modes that run with it off (BACKGROUND_PRECISIONS) and is redone (RetryLater) when a
+        batch with TF32 on began or ended while it ran. Autocast and inference mode are per thread: the job
+        enters its own, as the run's stages see them (autocast without its cache where graphs capture).
+        """
+        graphs = self.cuda_graphs and not self.graph_error
+        polish = self.polish
+        frames_ref = self._frames_ref
+
+        def job() -> bool:
+            t0 = time.perf_counter()
+            cache = self._cache_for(device)
+            if threaded and torch.backends.cuda.matmul.allow_tf32:
+                raise RetryLater("a batch with TF32 on is running")
+            tf32_before = self._tf32_batches
+            counts = inductor_cache_counts()
+            frames = frames_ref()
+            if not isinstance(frames, np.ndarray) or frames.shape != video_shape:
+                frames = np.random.default_rng(COMPILE_JOB_SEED).integers(0, 256, video_shape, dtype=np.uint8)
+            stream = torch.cuda.Stream(device) if threaded and device.type == "cuda" else None
+            dtype = autocast_dtype(precision, device)
+            cast = (torch.autocast(device.type, dtype=dtype, cache_enabled=not graphs) if dtype is not None
+                    else nullcontext())
+            self._local.job = True
+            try:
+                with torch.inference_mode(), torch.cuda.stream(stream) if stream is not None else nullcontext(), \
+                        cast:
+                    ctx = RunContext(device, precision, frames_per_batch, StageTimer(device, enabled=False))
+                    prepared = self.prepare(frames, ctx)
+                    if num_points:
+                        self.track(prepared, _stand_in_queries(num_points, video_shape), ctx)
+                if stream is not None:
+                    stream.synchronize()
+            finally:
+                self._local.job = False
+            if threaded and (self._tf32_batches != tf32_before or torch.backends.cuda.matmul.allow_tf32):
+                raise RetryLater("a batch with TF32 on ran during the compile")
+            after = inductor_cache_counts()
+            from_cache = after["hit"] > counts["hit"] and after["miss"] == counts["miss"]
+            shapes = f"video {'x'.join(map(str, video_shape))}, f{frames_per_batch}, points {num_points or '-'}, " \
+                     f"graphs {graphs}, polish {polish}"
+            cache.record(Variant(precision, shapes, str(self.manifest.get("sha256", "")),
+                                 seconds=round(time.perf_counter() - t0, 2), from_cache=from_cache))
+            return from_cache
+
+        return job
 
     def _with_fallback(self, body: Callable[[], Any]) -> Any:
         """Run body; if compiling fails, note why and run it again uncompiled; if a CUDA graph capture
-        fails, likewise eagerly. Out-of-memory errors always propagate (the caller names the batch sizes)."""
+        fails, likewise eagerly. Out-of-memory errors always propagate (the caller names the batch sizes).
+        In a compile job nothing falls back: its error goes to the switch (which leaves runs eager)."""
+        if getattr(self._local, "job", False):
+            return body()
         try:
             return body()
         except Exception as exc:
@@ -228,7 +400,11 @@ class CorrTrackTracker(Tracker):
                 raise
             if self._compiled and not self.compile_error and _from_compiler(exc):
                 self.compile_error = _first_line(exc)
-                self._compiled.clear()
+                self._local.use_compiled = False
+                self.switch.forget()
+                with self._compile_lock:
+                    self._compiled.clear()
+                    self._run_only.clear()
             elif isinstance(exc, GraphCaptureError) and not self.graph_error:
                 self.graph_error = _first_line(exc)
             else:
@@ -245,13 +421,22 @@ class CorrTrackTracker(Tracker):
             raise ValueError(f"frames must be uint8 [T, H, W, 3], got {frames.dtype} {frames.shape}")
         num_frames, height, width = frames.shape[:3]
         model = self._model_for(ctx)
+        self._note_tf32()
+        keep_grey = self.polish  # grey frames only feed the polish
+        if not getattr(self._local, "job", False):
+            try:
+                self._frames_ref = weakref.ref(frames)
+            except TypeError:  # an array type without weak references: the job makes stand-in frames
+                self._frames_ref = lambda: None
+            job = None
+            if self.compile_mode == "on":
+                job = self._compile_job(ctx.device, ctx.precision, frames.shape, ctx.frames_per_batch, None, False)
+            self._use_compiled((self._backbone_key(ctx, frames.shape, keep_grey),), job)
         with ctx.timer.stage("upload"):
             host = torch.from_numpy(np.ascontiguousarray(frames))
             if ctx.device.type == "cuda":
                 host = host.pin_memory()
             video = host.to(ctx.device, non_blocking=True)  # uint8 [T, H, W, 3]
-
-        keep_grey = self.polish  # grey frames only feed the polish
 
         def backbone(part: torch.Tensor) -> tuple[torch.Tensor, ...]:
             x = model.normalise(part.permute(0, 3, 1, 2))
@@ -279,6 +464,7 @@ class CorrTrackTracker(Tracker):
             return feats, grey
 
         feats, grey = self._with_fallback(body)
+        self._note_tf32()
         data = {"features": feats.unsqueeze(0)}
         if grey is not None:
             data["grey"] = grey
@@ -287,6 +473,17 @@ class CorrTrackTracker(Tracker):
     def track(self, prepared: PreparedVideo, queries: np.ndarray, ctx: RunContext) -> TrackResult:
         """Track queries [N, 3] (t, x, y) in original pixels through the prepared video."""
         model = self._model_for(ctx)
+        self._note_tf32()
+        if not getattr(self._local, "job", False):
+            video_shape = (prepared.num_frames, prepared.height, prepared.width, 3)
+            keys = (self._backbone_key(ctx, video_shape, self.polish and "grey" in prepared.data),
+                    self._track_key(ctx, video_shape, len(queries)))
+            job = None
+            threaded = self.compile_mode == "background"
+            if self.compile_mode == "on" or (threaded and ctx.precision in BACKGROUND_PRECISIONS):
+                job = self._compile_job(ctx.device, ctx.precision, video_shape, ctx.frames_per_batch, len(queries),
+                                        threaded)
+            self._use_compiled(keys, job)
         feats = prepared.data["features"]  # [1, T, HW, C]
         grey = prepared.data.get("grey")  # [T, 256, 256] float32, when prepared with the polish on
         w, h = prepared.width, prepared.height
@@ -327,6 +524,7 @@ class CorrTrackTracker(Tracker):
             return pos, vis, acc
 
         pos, vis, acc = self._with_fallback(body)
+        self._note_tf32()
         with ctx.timer.stage("download"):
             tracks = from_model_xy(pos[0].float(), w, h)  # [N, T, 2]
             visible = visible_from_logits(vis[0], acc[0])
@@ -337,6 +535,33 @@ class CorrTrackTracker(Tracker):
             tracks_np = tracks.cpu().numpy()
             visible_np = visible.cpu().numpy()
         return TrackResult(tracks_np, visible_np)
+
+
+def compile_mode(value: bool | str | None, environ: Any = None) -> str:
+    """off / on / background from a constructor argument (True: on, False: off) or, for None, from
+    TRACKSCOPE_CORRTRACK_COMPILE (its true/false words, or "background"); ValueError for another word."""
+    if value is None:
+        import os
+
+        env = os.environ if environ is None else environ
+        raw = str(env.get(COMPILE_ENV, "")).strip().lower()
+        if raw == BACKGROUND_WORD:
+            return "background"
+        return "on" if env_flag(COMPILE_ENV, default=False, environ=env) else "off"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    word = str(value).strip().lower()
+    if word not in COMPILE_MODES:
+        raise ValueError(f"compile must be one of {', '.join(COMPILE_MODES)}, not {value!r}")
+    return word
+
+
+def _stand_in_queries(num_points: int, video_shape: tuple[int, ...]) -> np.ndarray:
+    """num_points queries [N, 3] on frame 0 inside a video of ``video_shape`` [T, H, W, 3] (a compile job's)."""
+    rng = np.random.default_rng(COMPILE_JOB_SEED)
+    height, width = video_shape[1], video_shape[2]
+    xy = rng.uniform([0, 0], [width - 1, height - 1], size=(num_points, 2))
+    return np.concatenate([np.zeros((num_points, 1)), xy], axis=1).astype(np.float32)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,0 +1,72 @@
+"""The app's compile setting (default background; --compile saves it; the environment wins over the setting)
+and the status-bar line a run's start gives ("CorrTrack: eager, compiling in the background…")."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import pytest
+
+pytest.importorskip("pytestqt")
+from PySide6.QtCore import QSettings  # noqa: E402
+
+from engine.api import CORRTRACK_COMPILE, RunConfig, Started, VideoGeometry  # noqa: E402
+from gui.app import add_arguments, apply_compile_setting  # noqa: E402
+from gui.main_window import MainWindow  # noqa: E402
+from gui.settings import DEFAULT_COMPILE_MODE, Settings  # noqa: E402
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return Settings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_the_compile_setting_defaults_to_background_and_refuses_odd_values(settings) -> None:
+    assert settings.compile_mode() == DEFAULT_COMPILE_MODE == "background"
+    settings.store.setValue("corrtrack/compile", "sometimes")
+    assert settings.compile_mode() == "background"
+    settings.set_compile_mode("off")
+    assert settings.compile_mode() == "off"
+    with pytest.raises(ValueError):
+        settings.set_compile_mode("fast")
+
+
+def test_the_flag_is_saved_and_the_environment_wins_over_the_setting(settings) -> None:
+    env: dict[str, str] = {}
+    assert apply_compile_setting(_args(), settings, env) == "background" and env[CORRTRACK_COMPILE] == "background"
+    env = {}
+    assert apply_compile_setting(_args("--compile", "on"), settings, env) == "on"
+    assert settings.compile_mode() == "on"
+    env = {CORRTRACK_COMPILE: "0"}
+    assert apply_compile_setting(_args(), settings, env) == "0"  # the user's variable stays
+    assert apply_compile_setting(_args("--compile", "off"), settings, env) == "off"
+    with pytest.raises(SystemExit):
+        _args("--compile", "fast")
+
+
+def _started(tracker: dict) -> Started:
+    return Started(t=time.perf_counter(), config=RunConfig(device="cpu"), video={}, geometry=VideoGeometry(8, 8, 8, 8),
+                   num_queries=1, num_batches=1, stages=(), device="cpu", device_name="CPU", tracker=tracker)
+
+
+def test_a_run_start_puts_the_compile_line_in_the_status_bar_once(qtbot, settings) -> None:
+    w = MainWindow(settings=settings, sampler=None, config=RunConfig(tracker="lk", device="cpu"))
+    qtbot.addWidget(w)
+    notes: list[str] = []
+    w.runs.note.connect(notes.append)
+    compiling = {"name": "corrtrack", "stages": [], "compile_mode": "background",
+                 "compile": "eager, compiling in the background"}
+    w.runs._on_started(_started(compiling))
+    w.runs._on_started(_started(compiling))  # a looped run: said once
+    w.runs._on_started(_started({**compiling, "compile": "compiled", "compile_s": 45.1, "compile_cache": "/c"}))
+    w.runs._on_started(_started({"name": "lk", "stages": []}))  # a tracker that does not compile: nothing
+    assert notes == ["CorrTrack: eager, compiling in the background…",
+                     "CorrTrack: compiled (took 45 s; cached for next start)"]
+    assert w.statusBar().currentMessage() == notes[-1]
