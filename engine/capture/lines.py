@@ -132,7 +132,8 @@ class KernelNaming:
     """The run's kernel us by the finest name each kernel has (each kernel counted once, in this order)."""
 
     module: float = 0.0  # a module path (a leaf, or a module's work outside its forward body: none today)
-    submodule_body: float = 0.0  # a submodule's own forward body (a module below the tracker's forward)
+    submodule_body: float = 0.0  # a submodule's own forward body (a module below the tracker's forward; a wrapper's
+    # only child is the tracker's forward itself: roots_of)
     function: float = 0.0  # a user helper function below a forward (in a forward body or outside modules)
     line: float = 0.0  # a marked line of a forward body, no helper function below it
     opaque: float = 0.0  # nothing finer than the tracker's forward, a stage body or outside stages
@@ -156,18 +157,31 @@ def line_label(raw: str) -> str:
 
 
 def roots_of(modules: list[Any]) -> frozenset[str]:
-    """Module labels with a call no other module range encloses (the tracker's top-level modules)."""
+    """The tracker's top-level modules: those with a call no other module range encloses, and below each, while a
+    module calls exactly one submodule (a wrapper, like a plugin's adapter around the model), that submodule: its
+    forward is the tracker's forward too."""
     roots: set[str] = set()
+    children: dict[str, set[str]] = defaultdict(set)
     by_tid: dict[int, list[Any]] = defaultdict(list)
     for m in modules:
         by_tid[m.tid].append(m)
     for ranges in by_tid.values():
-        end = float("-inf")
+        stack: list[Any] = []
         for m in ranges:  # sorted by start, longest first
-            if m.start >= end:
+            while stack and stack[-1].end <= m.start:
+                stack.pop()
+            if stack:
+                children[stack[-1].label].add(m.label)
+            else:
                 roots.add(m.label)
-                end = m.end
-    return frozenset(roots)
+            stack.append(m)
+    top, frontier = set(roots), list(roots)
+    while frontier:
+        kids = children.get(frontier.pop(), set())
+        if len(kids) == 1 and not kids <= top:
+            top |= kids
+            frontier.extend(kids)
+    return frozenset(top)
 
 
 def owner_of(label: str) -> str | None:
@@ -236,17 +250,29 @@ def attribute_lines(ctx: Any, is_helper: Callable[[Any], bool]) -> tuple[tuple[L
         row["kernels"] += 1
         row["launches"].add(call.correlation)
         row["ops"][op] += k.dur
-    host: dict[tuple[str, str, str], float] = defaultdict(float)  # (stage, module, mark) -> host us of its calls
+    # host time of the marked calls on the main thread; a line that launched nothing (a CPU run) still gets its row
+    host: dict[tuple[str, str, str], float] = defaultdict(float)
+    rows_at = {(k[0], k[1], k[3]): k for k in acc}
     main = trace.main_tid
+    main_ops, op_starts = ctx.ops_by_tid.get(main, []), ctx.op_starts.get(main, [])
     for r in by_tid.get(main, []) if main is not None else []:
         mid = r.start + r.dur / 2
-        if lo <= mid <= hi:
-            stage, module = ctx.key(main, mid)
-            host[(stage, module, r.label)] += r.dur
+        if not lo <= mid <= hi:
+            continue
+        stage, module = ctx.key(main, mid)
+        host[(stage, module, r.label)] += r.dur
+        if (stage, module, r.label) not in rows_at:
+            key = (stage, module, ctx.site(main, mid).function or "", r.label)
+            rows_at[(stage, module, r.label)] = key
+            acc[key] = {"us": 0.0, "kernels": 0, "launches": set(), "ops": defaultdict(float)}
+        i = bisect.bisect_left(op_starts, r.start)
+        row = acc[rows_at[(stage, module, r.label)]]
+        if i < len(main_ops) and main_ops[i].end <= r.end and not row["kernels"]:
+            row["ops"][main_ops[i].name] += main_ops[i].dur  # its outermost op
     rows = []
     for (stage, module, function, raw), v in acc.items():
         ops = tuple(n for n, _ in sorted(v["ops"].items(), key=lambda kv: -kv[1])[:OPS_PER_LINE])
         rows.append(LineRow(module, function, line_label(raw), v["us"] / 1e3, v["kernels"], len(v["launches"]),
                             ops, host.get((stage, module, raw), 0.0) / 1e3, stage))
-    rows.sort(key=lambda r: -r.kernel_ms)
+    rows.sort(key=lambda r: (-r.kernel_ms, -r.wall_ms))
     return tuple(rows[:TOP_LINES]), naming
