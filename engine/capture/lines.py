@@ -72,7 +72,13 @@ def _tracer_prefixes() -> tuple[str, ...]:
 def _range_class() -> Callable[[str], Any]:
     """The cheapest profiler range this torch has: the C++ one (a cpu_op), else record_function."""
     fast = getattr(getattr(torch._C, "_profiler", None), "_RecordFunctionFast", None)
-    return fast if fast is not None else torch.autograd.profiler.record_function
+    if fast is not None:
+        try:
+            fast(LINE_PREFIX)  # made, never entered: a torch whose signature differs falls back
+            return fast
+        except Exception:  # noqa: BLE001 - another torch's private class: the public range instead
+            pass
+    return torch.autograd.profiler.record_function
 
 
 class LineMarks:
