@@ -109,7 +109,7 @@ def test_a_kernel_through_torch_frames_goes_to_the_user_function_two_levels_belo
     sample = rows["sample (mytracker/model.py:70)"]
     assert sample.module == f"(forward body of {ROOT})"
     assert sample.kernel_ms == pytest.approx(0.2) and sample.kernels == 1
-    assert "correlate (mytracker/model.py:60)" not in rows  # the innermost user frame, not the one above it
+    assert rows["correlate (mytracker/model.py:60)"].kernels == 0  # the innermost user frame, not the one above it
     assert below_us == pytest.approx(200.0)
     assert naming.function == pytest.approx(200.0)
 
@@ -217,3 +217,13 @@ def test_the_capture_marks_each_statement_of_a_forward_with_its_line():
     rows = {r.line.rsplit(":", 1)[-1]: r for r in summary.evidence.lines}
     assert rows[f"{line_of['b']} forward"].module == "(forward body of _Tracker)"
     assert "aten::einsum" in rows[f"{line_of['b']} forward"].ops
+
+
+def test_a_function_row_gets_the_host_time_it_ran_not_the_time_around_it():
+    """The main thread's segments are cut where user frames start and end: the helper's 80 us of host time go to it,
+    not all 700 us of the forward-body segment to whichever function runs at its middle."""
+    _, (evidence, _, _) = _attribute(tracker_trace())
+    wall = {r.function: r.wall_ms for r in evidence.functions if r.module == f"(forward body of {ROOT})"}
+    assert wall["sample (mytracker/model.py:70)"] == pytest.approx(0.08)
+    assert wall["correlate (mytracker/model.py:60)"] == pytest.approx(0.02)
+    assert wall[f"forward (mytracker/model.py:{FORWARD_LINE})"] == pytest.approx(0.05 + 0.6)

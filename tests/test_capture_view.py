@@ -302,9 +302,10 @@ def test_source_lines_of_a_forward_body_are_rows_below_their_module(panel, deep_
     module_depth = next(d for d, text, ref in rows if ref and ref.get("kind") == "module"
                         and ref["module"] == cell["module"] and ref["stage"] == cell["stage"])
     lines = [(d, text, ref) for d, text, ref in rows if ref and ref.get("kind") == "line"]
-    assert [(text, ref["line"]) for _, text, ref in lines] == [("≡ model.py:154 forward",
+    assert [(text, ref["line"]) for _, text, ref in lines] == [("≡ line 154 of model.py",
                                                                 "mytracker/model.py:154 forward")]
     assert all(d == module_depth + 1 and ref["module"] == cell["module"] for d, _, ref in lines)  # beside the ƒ rows
-    item = panel.tree.findItems("≡ model.py:154", Qt.MatchFlag.MatchStartsWith | Qt.MatchFlag.MatchRecursive)[0]
+    item = panel.tree.findItems("≡ line 154", Qt.MatchFlag.MatchStartsWith | Qt.MatchFlag.MatchRecursive)[0]
     assert item.text(4) == "aten::einsum, aten::to (autocast casts)" and item.text(3) == "48"
+    assert item.toolTip(0).startswith("mytracker/model.py:154 forward")
     assert "below the tracker's forward 75% (99% with its lines)" in panel.summary_label.text()

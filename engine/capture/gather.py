@@ -481,10 +481,17 @@ def gather_functions(ctx: _Context, opaque: frozenset[str] = frozenset()) -> tup
         row[3 if call.kind == "launch" else 4] += 1
     main = ctx.trace.main_tid
     if main is not None:
+        # a segment (the main thread's window cut at stage and module boundaries) is cut again where a user frame
+        # starts or ends, so each piece's wall goes to the function it ran in, not the one at the segment's middle
+        stacks = att.stacks.threads.get(main)
+        cuts = sorted({t for i, f in enumerate(stacks.frames) if stacks.is_code(i) for t in (f.start, f.end)}
+                      ) if stacks is not None else []
         for a, b, key in att.segments:
-            site = ctx.site(main, (a + b) / 2)
-            if site.function is not None:
-                acc[(key[0], key[1], site.function, site.label or "", site.layer)][0] += b - a
+            edges = [a, *cuts[bisect.bisect_right(cuts, a):bisect.bisect_left(cuts, b)], b]
+            for lo, hi in zip(edges, edges[1:]):
+                site = ctx.site(main, (lo + hi) / 2)
+                if site.function is not None and hi > lo:
+                    acc[(key[0], key[1], site.function, site.label or "", site.layer)][0] += hi - lo
         for op in ctx.ops_by_tid.get(main, []):
             mid = op.start + op.dur / 2
             site = ctx.site(main, mid)

@@ -115,9 +115,13 @@ def short_kernel_name(name: str) -> str:
 
 
 def line_name(line: str) -> str:
-    """A line row's name: its file's name, the line and the function ('cotracker3_offline.py:154 forward')."""
-    head, _, function = line.partition(" ")
-    return f"{head.replace(chr(92), '/').rsplit('/', 1)[-1]} {function}".strip()
+    """A line row's name, its line number first so that eliding the middle keeps it: 'x/offline.py:154 forward' ->
+    'line 154 of offline.py' (the row sits under its forward body; the tooltip has the whole label)."""
+    head = line.partition(" ")[0]
+    file, _, number = head.rpartition(":")
+    if not file or not number.isdigit():
+        return line
+    return f"line {number} of {file.replace(chr(92), '/').rsplit('/', 1)[-1]}"
 
 
 def summary_line(s: CaptureSummary) -> str:
@@ -368,9 +372,11 @@ class CapturePanel(QWidget):
                                        {"kind": "function", "stage": st.stage, "module": c.module,
                                         "function": f.function, "site": f.site}))
                 for ln in sorted(lines.get((st.stage, c.module), []), key=lambda r: -(r.kernel_ms + r.wall_ms)):
-                    mod.addChild(_item((f"≡ {line_name(ln.line)}", _ms(ln.wall_ms), _ms(ln.kernel_ms), str(ln.kernels),
-                                        ", ".join(ln.ops)),
-                                       {"kind": "line", "stage": st.stage, "module": c.module, "line": ln.line}))
+                    row = _item((f"≡ {line_name(ln.line)}", _ms(ln.wall_ms), _ms(ln.kernel_ms), str(ln.kernels),
+                                 ", ".join(ln.ops)),
+                                {"kind": "line", "stage": st.stage, "module": c.module, "line": ln.line})
+                    row.setToolTip(COL_NAME, f"{ln.line}: {ln.launches} launches, ops {', '.join(ln.ops) or '-'}")
+                    mod.addChild(row)
                 for k in kernels.get((st.stage, c.module), []):
                     label = " ".join(p for p in (k.kind, {True: "tc", False: "simt"}.get(k.tensor_core, ""),
                                                  k.precision or "", f"sm{k.arch}" if k.arch else "",
