@@ -71,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
           f"trace {trace_file.name} ({len(trace.lines)} line marks, {len(trace.python)} Python frames kept)")
     print(f"  recorded at capture time:   by a module {_pct(recorded.shares.kernel_named)}, by a leaf module or "
           f"a function below a forward {_pct(recorded.shares.kernel_named_or_function)}")
+    if not trace.lines:
+        print("  note: no line marks in this trace (recorded before them): the line rows and their share need a new "
+              "capture; and a file written before the launch frames were kept lost the helper frames under 200 us, so "
+              "its function rows can differ from the capture's either way")
     sh = summary.shares
     print(f"  recomputed from the trace:  by a module {_pct(sh.kernel_named)}, by a leaf module or a function "
           f"below a forward {_pct(sh.kernel_named_or_function)}; below the tracker's forward "
