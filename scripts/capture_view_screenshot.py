@@ -28,6 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--whole", action="store_true", help="show the whole run after selecting")
     parser.add_argument("--report", type=Path, default=None,
                         help="a deep run report (its capture, the trace beside it) instead of a committed run")
+    parser.add_argument("--summary", type=Path, default=None,
+                        help='a JSON {"summary": capture summary, "findings": [...]} with --trace (a capture made '
+                             "outside a report, e.g. scripts/capture_lines_cpu.py)")
+    parser.add_argument("--trace", type=Path, default=None, help="the trace of --summary")
     args = parser.parse_args(argv)
 
     from PySide6.QtCore import QEventLoop, QTimer
@@ -36,7 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     from gui.panels.capture_panel import CapturePanel
 
     app = QApplication.instance() or QApplication([])
-    if args.report is not None:
+    if args.summary is not None:
+        run = json.loads(args.summary.read_text())
+        trace = args.trace
+        args.run = args.summary.stem
+    elif args.report is not None:
         from engine.api import analyse, load_report, trace_path_for
 
         report = load_report(args.report)

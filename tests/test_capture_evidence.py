@@ -63,7 +63,7 @@ class TraceBuilder:
                  parents: frozenset[str] = frozenset()):
         trace = parse_events(self.events)
         att = attribute(trace, parents, CodeLayers())
-        return gather(trace, att, precision=precision, settings={}, opaque=opaque)
+        return gather(trace, att, precision=precision, settings={}, opaque=opaque)[:2]
 
 
 def _run_window(b: TraceBuilder, dur: float = 1000.0) -> None:

@@ -274,3 +274,38 @@ def test_user_functions_are_rows_below_their_module(panel, deep_run):
     flags = Qt.MatchFlag.MatchStartsWith | Qt.MatchFlag.MatchRecursive
     own = next(item for item in panel.tree.findItems("ƒ _to_numpy", flags))
     assert "trackscope's own" in own.text(4)
+
+
+def test_source_lines_of_a_forward_body_are_rows_below_their_module(panel, deep_run):
+    """The line rows (the capture's marks of a forward's statements) are children of their forward-body row, beside
+    its function rows, named by file:line and listing the ops that launched their kernels."""
+    import copy
+
+    summary = copy.deepcopy(deep_run["summary"])
+    cell = max(summary["cells"], key=lambda c: c["kernel_ms"])
+    evidence = summary.setdefault("evidence", {})
+    evidence["functions"] = [
+        {"module": cell["module"], "function": "correlate (mytracker/model.py:80)", "site": "mytracker/model.py:80 "
+         "correlate", "layer": "user", "wall_ms": 0.4, "kernel_ms": 1.25, "kernels": 12, "launches": 12, "syncs": 0,
+         "cpu_ops": 20, "stage": cell["stage"]}]
+    forward = "forward (mytracker/model.py:19)"
+    evidence["lines"] = [
+        {"module": cell["module"], "function": forward, "line": "mytracker/model.py:154 forward",
+         "kernel_ms": 11.1, "kernels": 48, "launches": 40, "ops": ["aten::einsum", "aten::to (autocast casts)"],
+         "wall_ms": 0.9, "stage": cell["stage"]},
+        {"module": cell["module"], "function": forward, "line": "mytracker/model.py:60 forward",
+         "kernel_ms": 0.0, "kernels": 0, "launches": 0, "ops": [], "wall_ms": 0.001, "stage": cell["stage"]}]
+    summary["shares"]["kernel_below_forward"] = 0.75
+    summary["shares"]["kernel_below_forward_or_line"] = 0.99
+    panel.set_capture(summary, deep_run["findings"], None)
+    rows = _rows(panel)
+    module_depth = next(d for d, text, ref in rows if ref and ref.get("kind") == "module"
+                        and ref["module"] == cell["module"] and ref["stage"] == cell["stage"])
+    lines = [(d, text, ref) for d, text, ref in rows if ref and ref.get("kind") == "line"]
+    assert [(text, ref["line"]) for _, text, ref in lines] == [("≡ line 154 of model.py",
+                                                                "mytracker/model.py:154 forward")]
+    assert all(d == module_depth + 1 and ref["module"] == cell["module"] for d, _, ref in lines)  # beside the ƒ rows
+    item = panel.tree.findItems("≡ line 154", Qt.MatchFlag.MatchStartsWith | Qt.MatchFlag.MatchRecursive)[0]
+    assert item.text(4) == "aten::einsum, aten::to (autocast casts)" and item.text(3) == "48"
+    assert item.toolTip(0).startswith("mytracker/model.py:154 forward")
+    assert "below the tracker's forward 75% (99% with its lines)" in panel.summary_label.text()

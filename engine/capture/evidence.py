@@ -120,6 +120,21 @@ class FunctionRow:
 
 
 @dataclass(frozen=True)
+class LineRow:
+    """Work launched by one source line of a forward body (marked at capture time: engine.capture.lines)."""
+
+    module: str  # the bucket it ran in: "(forward body of X)"
+    function: str  # the forward as the function rows name it: "forward (file:first line)"
+    line: str  # "file:line forward": the statement that made the torch call
+    kernel_ms: float
+    kernels: int
+    launches: int
+    ops: tuple[str, ...] = ()  # ATen ops that launched its kernels, costliest first ("aten::to (autocast casts)")
+    wall_ms: float = 0.0  # host time of its torch calls on the main thread
+    stage: str = ""
+
+
+@dataclass(frozen=True)
 class MemoryFacts:
     """Device memory during the captured (warm) run, from the allocator's events and the runtime calls."""
 
@@ -201,3 +216,4 @@ class Evidence:
     host: HostFacts = field(default_factory=HostFacts)
     idle: IdleBreakdown = field(default_factory=IdleBreakdown)
     settings: dict[str, str] = field(default_factory=dict)  # cudnn_benchmark, allow_tf32, ... as strings
+    lines: tuple[LineRow, ...] = ()  # the source lines of forward bodies (a capture with line marks)

@@ -3,7 +3,8 @@
 trackscope's stages and module calls are ranges in it (``trackscope.stage:NAME`` and
 ``trackscope.module:PATH`` user annotations); the captured run is ``trackscope.run``. To keep a
 1024-query run's file small, Python frames are kept only where they explain something: the frames
-enclosing a host sync (its call site and the chain above it, up to ``PYTHON_CHAIN``) and frames of
+enclosing a host sync (its call site and the chain above it, up to ``PYTHON_CHAIN``), the non-library
+frames above each kernel launch (so the function rows can be recomputed from the file) and frames of
 user code longer than ``PYTHON_MIN_US``. The write is atomic (engine.core.atomic).
 
 Viewers need the complete ('X') events of one thread to nest. trackscope's ranges are opened and
@@ -31,6 +32,7 @@ from engine.core.atomic import atomic_open
 
 PYTHON_MIN_US = 200.0  # user-code python frames at least this long stay in the file
 PYTHON_CHAIN = 12  # frames kept above each sync
+PYTHON_LAUNCH_DEPTH = 64  # frames walked above each kernel launch for the user's frames among them
 #: the pseudo-thread ids of trackscope's own tracks: this plus 2 x (profiled thread's ordinal) (+1 for modules),
 #: far above any Linux thread id (pid_max is at most 2**22)
 OWN_TRACK_TID = 1_000_000_000
@@ -48,8 +50,9 @@ def _slim_python(events: list[Any]) -> list[Any]:
         if pid is not None:
             by_id[(f.get("tid"), pid)] = f
     keep: set[int] = set()
-    syncs = [e for e in events if isinstance(e, Mapping) and e.get("cat") in ("cuda_runtime", "cuda_driver")
-             and runtime_kind(str(e.get("name", ""))) == "sync"]
+    runtime = [e for e in events if isinstance(e, Mapping) and e.get("cat") in ("cuda_runtime", "cuda_driver")]
+    syncs = [e for e in runtime if runtime_kind(str(e.get("name", ""))) == "sync"]
+    launches = [e for e in runtime if runtime_kind(str(e.get("name", ""))) == "launch"]
     # innermost frame containing each sync: frames sorted by start, scanned per thread
     by_tid: dict[Any, list[Any]] = {}
     for f in frames:
@@ -71,6 +74,24 @@ def _slim_python(events: list[Any]) -> list[Any]:
             keep.add(id(frame))
             parent = (frame.get("args") or {}).get("Python parent id")
             frame = by_id.get((frame.get("tid"), parent))
+    # the user's (and trackscope's) frames above each kernel launch: its function row and the frames above it
+    # (gather's function rows name a kernel by its innermost non-library frame and whether a user frame is above)
+    walked: set[int] = set()
+    for launch in launches:
+        fs = by_tid.get(launch.get("tid"), [])
+        t = float(launch.get("ts", 0)) + float(launch.get("dur", 0)) / 2
+        i = bisect.bisect_right(starts.get(launch.get("tid"), []), t) - 1
+        while i >= 0 and float(fs[i].get("ts", 0)) + float(fs[i].get("dur", 0)) < t:
+            i -= 1
+        frame = fs[i] if i >= 0 else None
+        for _ in range(PYTHON_LAUNCH_DEPTH):
+            if frame is None or id(frame) in walked:
+                break
+            walked.add(id(frame))
+            m = PY_FRAME.match(str(frame.get("name", "")))
+            if m and not is_library_file(m.group("file")):
+                keep.add(id(frame))
+            frame = by_id.get((frame.get("tid"), (frame.get("args") or {}).get("Python parent id")))
     for f in frames:
         m = PY_FRAME.match(str(f.get("name", "")))
         if m and float(f.get("dur", 0)) >= PYTHON_MIN_US and not is_library_file(m.group("file")):

@@ -32,6 +32,7 @@ from engine.capture.evidence import (
     SyncRow,
 )
 from engine.capture.kernels import classify
+from engine.capture.lines import KernelNaming, attribute_lines
 from engine.capture.sites import NO_SITE, Site, nest_parents
 from engine.capture.trace import CUDA_DEVICE_TYPE, CpuOp, RuntimeCall, Trace, frame_site
 
@@ -467,7 +468,7 @@ def gather_functions(ctx: _Context, opaque: frozenset[str] = frozenset()) -> tup
         row = acc[(key[0], key[1], site.function, site.label or "", site.layer)]
         row[1] += k.dur
         row[2] += 1
-        if key[1] in opaque and site.layer == USER and not site.outermost_user and not _forward_like(site.function):
+        if key[1] in opaque and is_helper(site):
             below_forward_us += k.dur  # a helper the forward called, not the forward's own body
     for call in ctx.calls:
         mid = call.start + call.dur / 2
@@ -480,10 +481,17 @@ def gather_functions(ctx: _Context, opaque: frozenset[str] = frozenset()) -> tup
         row[3 if call.kind == "launch" else 4] += 1
     main = ctx.trace.main_tid
     if main is not None:
+        # a segment (the main thread's window cut at stage and module boundaries) is cut again where a user frame
+        # starts or ends, so each piece's wall goes to the function it ran in, not the one at the segment's middle
+        stacks = att.stacks.threads.get(main)
+        cuts = sorted({t for i, f in enumerate(stacks.frames) if stacks.is_code(i) for t in (f.start, f.end)}
+                      ) if stacks is not None else []
         for a, b, key in att.segments:
-            site = ctx.site(main, (a + b) / 2)
-            if site.function is not None:
-                acc[(key[0], key[1], site.function, site.label or "", site.layer)][0] += b - a
+            edges = [a, *cuts[bisect.bisect_right(cuts, a):bisect.bisect_left(cuts, b)], b]
+            for lo, hi in zip(edges, edges[1:]):
+                site = ctx.site(main, (lo + hi) / 2)
+                if site.function is not None and hi > lo:
+                    acc[(key[0], key[1], site.function, site.label or "", site.layer)][0] += hi - lo
         for op in ctx.ops_by_tid.get(main, []):
             mid = op.start + op.dur / 2
             site = ctx.site(main, mid)
@@ -698,16 +706,22 @@ def gather_idle(ctx: _Context) -> IdleBreakdown:
     return IdleBreakdown(_ms(kernel_wait), _ms(host), _ms(sync), _ms(copy), _ms(session), _largest(host_sites))
 
 
+def is_helper(site: Site) -> bool:
+    """A user function below the tracker's entry that is not a module's own forward (a function row's name)."""
+    return site.layer == USER and not site.outermost_user and not _forward_like(site.function)
+
+
 def gather(trace: Trace, att: Attribution, *, precision: str, settings: dict[str, str] | None = None,
-           opaque: frozenset[str] = frozenset()) -> tuple[Evidence, float]:
-    """The evidence of one attributed capture, and the kernel us a user function below the tracker's entry
-    names in the ``opaque`` buckets (for the attributed shares)."""
+           opaque: frozenset[str] = frozenset()) -> tuple[Evidence, float, KernelNaming]:
+    """The evidence of one attributed capture, the kernel us a user function below the tracker's entry
+    names in the ``opaque`` buckets, and the kernel time by its finest name (for the attributed shares)."""
     settings = dict(settings or {})
     ctx = _Context.build(trace, att)
     functions, below_forward_us = gather_functions(ctx, opaque)
+    lines, naming = attribute_lines(ctx, is_helper)
     # dynamo's process-wide break reasons go into CompileFacts.reasons (when this run entered compiled code), not here
     kept = {k: v for k, v in settings.items() if not k.startswith("dynamo_total.graph_break.")}
     evidence = Evidence(gather_syncs(ctx), gather_copies(ctx), gather_kernel_groups(ctx, precision),
                         gather_gemm_shapes(ctx, precision), functions, gather_memory(ctx, settings),
-                        gather_compile(ctx, settings), gather_host(ctx, settings), gather_idle(ctx), kept)
-    return evidence, below_forward_us
+                        gather_compile(ctx, settings), gather_host(ctx, settings), gather_idle(ctx), kept, lines)
+    return evidence, below_forward_us, naming

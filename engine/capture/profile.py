@@ -309,8 +309,9 @@ def _export(prof: Any) -> dict[str, Any]:
 class _OpBudget(TorchFunctionMode):
     """Counts the tensor ops of the profiled run; raises CaptureLimitReached at the op past the limit."""
 
-    def __init__(self, limits: CaptureLimits, cancel: threading.Event | None = None):
+    def __init__(self, limits: CaptureLimits, cancel: threading.Event | None = None, lines: Any = None):
         super().__init__()
+        self.lines = lines  # engine.capture.lines.LineMarks: each call from a forward's statement marked with its line
         self.limits = limits
         self.cancel = cancel
         self.ops = 0
@@ -333,7 +334,11 @@ class _OpBudget(TorchFunctionMode):
                 self.stop("stopped: " + CANCELLED)
         if self.stopped is not None:
             raise CaptureLimitReached(self.stopped)
-        return func(*args, **(kwargs or {}))
+        label = self.lines.caller_label() if self.lines is not None else None
+        if label is None:
+            return func(*args, **(kwargs or {}))
+        with self.lines.mark(label):
+            return func(*args, **(kwargs or {}))
 
 
 @contextmanager
@@ -356,15 +361,40 @@ def _interrupts_stop(budget: _OpBudget) -> Iterator[list[int]]:
             signal.signal(sig, old)
 
 
+#: built-ins the op budget calls itself (its frame walk, its line marks): noise in the user's call stacks
+BUDGET_BUILTINS = ("<built-in function _getframe>", "RecordFunctionFast object", "_record_function_enter",
+                   "_record_function_exit")
+
+
 def _without_budget_frames(chrome: dict[str, Any]) -> dict[str, Any]:
-    """The trace without the op budget's own Python frames (one per op: noise in the user's call stacks)."""
+    """The trace without the op budget's own Python frames (one per op: noise in the user's call stacks): its
+    ``__torch_function__``, the line marks' frames below it and the built-ins it calls (the op's own stays)."""
     own = f"{Path(__file__).name}("
+    marks = f"{Path(__file__).parent.name}/lines.py("
     events = chrome.get("traceEvents")
-    if isinstance(events, list):
-        chrome["traceEvents"] = [e for e in events if not (
-            isinstance(e, dict) and e.get("cat") == "python_function"
-            and str(e.get("name", "")).endswith(": __torch_function__") and own in str(e.get("name", "")))]
+    if not isinstance(events, list):
+        return chrome
+    frames = [e for e in events if isinstance(e, dict) and e.get("cat") == "python_function"]
+    budget: set[tuple[Any, Any]] = set()
+    mine: set[tuple[Any, Any]] = set()  # the marks' frames and everything below them
+    for e in sorted(frames, key=lambda e: _int_or_zero((e.get("args") or {}).get("Python id"))):
+        ids = e.get("args") or {}
+        key, parent = (e.get("tid"), ids.get("Python id")), (e.get("tid"), ids.get("Python parent id"))
+        name = str(e.get("name", "")).replace("\\", "/")
+        if name.endswith(": __torch_function__") and own in name:
+            budget.add(key)
+        elif parent in mine or parent in budget and (marks in name or (
+                name.startswith("<built-in") and any(b in name for b in BUDGET_BUILTINS))):
+            mine.add(key)
+    drop = budget | mine
+    chrome["traceEvents"] = [e for e in events if not (
+        isinstance(e, dict) and e.get("cat") == "python_function"
+        and (e.get("tid"), (e.get("args") or {}).get("Python id")) in drop)]
     return chrome
+
+
+def _int_or_zero(value: Any) -> int:
+    return value if isinstance(value, int) else 0
 
 
 def profiler_active() -> bool:
@@ -416,11 +446,14 @@ def capture_run(
     from engine.capture.sites import CodeLayers
 
     result.user_dirs = CodeLayers.for_modules(m for root in (roots or {}).values() for m in root.modules()).user_dirs
+    from engine.capture.lines import LineMarks
+
+    marks = LineMarks(CodeLayers(result.user_dirs)) if with_stack else None
     activities = [ProfilerActivity.CPU]
     if use_cuda:
         activities.append(ProfilerActivity.CUDA)
     for _attempt in range(EXPORT_ATTEMPTS):
-        error = _profiled_run(run_once, device, activities, paths, with_stack, result, _OpBudget(limits, cancel))
+        error = _profiled_run(run_once, device, activities, paths, with_stack, result, _OpBudget(limits, cancel, marks))
         if isinstance(error, KeyboardInterrupt):
             raise error
         if error is None or not isinstance(error, json.JSONDecodeError):

@@ -199,6 +199,11 @@ class ThreadStacks:
             self._layer_of[i] = found
         return found
 
+    def is_code(self, i: int) -> bool:
+        """Whether frame ``i`` is the user's or trackscope's code (a frame a site can name), not library code."""
+        layer, site = self._frame_layer(i)
+        return layer != LIBRARY and site is not None
+
     def innermost(self, t: float) -> int:
         """The innermost frame containing time ``t``, or -1."""
         from bisect import bisect_right

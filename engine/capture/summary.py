@@ -29,6 +29,7 @@ from engine.capture.attribution import (
 from engine.capture.evidence import Evidence
 from engine.capture.gather import gather
 from engine.capture.kernels import classify, is_legacy_arch
+from engine.capture.lines import KernelNaming
 from engine.capture.sites import CodeLayers
 from engine.core.errors import ReportError
 
@@ -156,6 +157,9 @@ class Shares:
       session's upload, download and loop are not the tracker's (deep_nested on the H200: 100 %). A
       tracker with declared stages but no module hooks (CorrTrack) has 0 here: its work is "(stage body)".
     - ``kernel_ms_named`` / ``wall_ms_named``: the numerators in ms (wall_ms_named over all stages).
+    - ``kernel_named_or_function``, ``kernel_below_forward``, ``kernel_below_forward_or_line``: kernel time
+      named finer than the tracker's top-level forward, over all kernel time (``engine.capture.lines``
+      ``KernelNaming``), from strict to wide: see each field.
     """
 
     kernel_named: float | None = None
@@ -164,8 +168,14 @@ class Shares:
     wall_ms_named: float = 0.0
     wall_attributed: float | None = None
     wall_named_of_tracker: float | None = None
-    kernel_named_or_function: float | None = None  # kernel time named by a module OR a user function below the
-    # tracker's top-level forward (the function rows of engine.capture.evidence): the issue's 90 % target
+    kernel_named_or_function: float | None = None  # kernel time named by a module path (a leaf) OR a user helper
+    # function below a forward (the function rows of engine.capture.evidence); every forward body, the tracker's
+    # and its submodules', counts as unnamed here (the strictest of the three)
+    kernel_below_forward: float | None = None  # kernel time below the tracker's top-level forward: a module path,
+    # a submodule's own forward body, or a user helper function (the function rows); the issue's 90 % target
+    kernel_below_forward_or_line: float | None = None  # the same, plus the source lines of the tracker's own forward
+    # body (the line rows, engine.capture.lines: captures with line marks only)
+    kernel_ms_lines: float = 0.0  # kernel ms named only by a line of the tracker's forward body
 
 
 @dataclass(frozen=True)
@@ -327,6 +337,14 @@ def _owner_path(label: str) -> str | None:
     return None if label in UNNAMED else label
 
 
+def _below_forward(naming: KernelNaming | None, kernel_us: float) -> tuple[float | None, float | None, float]:
+    """(kernel_below_forward, kernel_below_forward_or_line, kernel_ms_lines) of the shares."""
+    if naming is None or not kernel_us:
+        return None, None, 0.0
+    return (min(1.0, naming.below_forward / kernel_us), min(1.0, naming.below_forward_or_line / kernel_us),
+            _ms(naming.line))
+
+
 def summarize(result: Any, *, precision: str = "fp32") -> CaptureSummary:
     """The summary of a CaptureResult (``engine.capture.profile``); an empty one carrying its error."""
     capability = tuple(result.capability) if result.capability else None
@@ -340,14 +358,14 @@ def summarize(result: Any, *, precision: str = "fp32") -> CaptureSummary:
     # kernel time no module path names: the stage and outside buckets, and every forward body (work a module does
     # between its children); a user function below a forward names it (the function rows)
     opaque = frozenset(UNNAMED) | {m for _, m in att.buckets if _owner_path(m) is not None and m != _owner_path(m)}
-    evidence, below_forward_us = gather(result.trace, att, precision=precision,
-                                        settings=getattr(result, "settings", None), opaque=opaque)
-    return _build(att, base, precision, capability, bare_roots, evidence, below_forward_us)
+    evidence, below_forward_us, naming = gather(result.trace, att, precision=precision,
+                                                settings=getattr(result, "settings", None), opaque=opaque)
+    return _build(att, base, precision, capability, bare_roots, evidence, below_forward_us, naming)
 
 
 def _build(att: Attribution, base: dict[str, Any], precision: str, capability: tuple | None,
            bare_roots: tuple[str, ...] = (), evidence: Evidence | None = None,
-           below_forward_us: float = 0.0) -> CaptureSummary:
+           below_forward_us: float = 0.0, naming: KernelNaming | None = None) -> CaptureSummary:
     stages: dict[str, Bucket] = {}
     modules: dict[str, Bucket] = {}
     total = Bucket()
@@ -412,7 +430,8 @@ def _build(att: Attribution, base: dict[str, Any], precision: str, capability: t
                     named_wall / att.wall_us if att.wall_us else None, _ms(named_kernel), _ms(named_wall),
                     (att.wall_us - outside) / att.wall_us if att.wall_us else None,
                     min(1.0, named_tracker / tracker_wall) if tracker_wall > 0 else None,
-                    min(1.0, (named_kernel_below + below_forward_us) / total.kernel_us) if total.kernel_us else None)
+                    min(1.0, (named_kernel_below + below_forward_us) / total.kernel_us) if total.kernel_us else None,
+                    *_below_forward(naming, total.kernel_us))
     sites = tuple(SyncSite(s, int(c), _ms(us)) for s, (c, us) in
                   sorted(att.sync_sites.items(), key=lambda kv: -kv[1][0])[:TOP_SITES])
     fp32: tuple[Fp32Op, ...] = ()

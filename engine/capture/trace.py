@@ -11,6 +11,7 @@ on the lent GPU, 2.13 here). Its ``traceEvents`` carry a ``cat`` per event:
 | user_annotation           | Range          | ``trackscope.stage:NAME``, ``.module:PATH``, ``.run`` |
 | python_function           | PyFrame        | Python id, Python parent id                           |
 | user_annotation (others)  | Range          | the name (``Torch-Compiled Region: 0/1``, ...)        |
+| cpu_op / user_annotation  | Range (lines)  | ``trackscope.line:FILE:LINE FUNCTION`` (line marks)   |
 | cpu_instant_event [memory]| MemoryEvent    | Bytes, Total Allocated, Total Reserved, Device Type   |
 
 Times are microseconds on the profiler's clock (CPU and GPU events share it). Unknown categories and
@@ -37,6 +38,8 @@ from engine.core.errors import UserError
 STAGE_PREFIX = "trackscope.stage:"
 MODULE_PREFIX = "trackscope.module:"
 RUN_RANGE = "trackscope.run"
+#: a torch call made by a statement of a forward body, marked at capture time (engine.capture.lines)
+LINE_PREFIX = "trackscope.line:"
 #: in an exported trace, the thread a range moved onto its own track ran on (``args``; see engine.capture.export)
 SOURCE_TID_ARG = "trackscope.tid"
 #: the most JSON a trace file may hold (inflated, when gzipped): past it the file is refused unread (a 1 MB gzip
@@ -197,6 +200,7 @@ class Trace:
     runs: list[Range] = field(default_factory=list)
     python: list[PyFrame] = field(default_factory=list)
     annotations: list[Range] = field(default_factory=list)  # other record_function ranges (torch.compile's, ...)
+    lines: list[Range] = field(default_factory=list)  # line marks: label "FILE:LINE FUNCTION" (engine.capture.lines)
     memory: list[MemoryEvent] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -290,6 +294,8 @@ def _typed(ev: Mapping[str, Any]) -> tuple[str, Any] | None:
     # an exported trace moves trackscope's stage ranges onto a track of their own (engine.capture.export) and
     # keeps the thread they ran on in args: the parsed Trace is the profiler's either way
     tid = _tid(args.get(SOURCE_TID_ARG, ev.get("tid")))
+    if name.startswith(LINE_PREFIX) and cat in ("cpu_op", "user_annotation"):
+        return "lines", Range(name[len(LINE_PREFIX):], tid, start, dur)
     if cat == "cpu_op":
         dims = args.get("Input Dims", ())
         types = args.get("Input type", ())
@@ -326,7 +332,7 @@ def _typed(ev: Mapping[str, Any]) -> tuple[str, Any] | None:
 def _sorted(trace: Trace) -> Trace:
     """Each list by start, longest first; numpy's stable sort (a list.sort of 500k tuples holds the GIL ~200 ms)."""
     for name in ("cpu_ops", "runtime", "kernels", "copies", "stages", "modules", "runs", "python", "annotations",
-                 "memory"):
+                 "memory", "lines"):
         items = getattr(trace, name)
         if len(items) > 1:
             starts = np.fromiter((e.start for e in items), np.float64, len(items))

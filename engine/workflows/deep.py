@@ -125,22 +125,42 @@ def format_capture(deep: DeepCapture) -> str:
         for m in modules:
             lines.append(f"  {m.module[:44]:44s} {ms_value(m.wall_ms):>9s} {ms_value(m.kernel_ms):>9s} "
                          f"{m.kernels:>7d} {m.syncs:>5d} {m.copies:>6d}")
-    sh = s.shares
-    if sh.kernel_named is not None or sh.kernel_named_or_function is not None:
-        named = f"{sh.kernel_named:.0%}" if sh.kernel_named is not None else "?"
-        below = f"{sh.kernel_named_or_function:.0%}" if sh.kernel_named_or_function is not None else "?"
-        lines.append(f"  kernel time named: {named} by a module, {below} by a module or a function below the "
-                     "tracker's forward")
+    lines.extend(format_shares(s))
     functions = [r for r in s.evidence.functions if r.kernel_ms or r.syncs][:PRINTED_MODULES]
     if functions:
         lines.append(f"  {'function (in module)':60s} {'layer':>10s} {'kernel ms':>9s} {'kernels':>7s} {'syncs':>5s}")
         for r in functions:
             label = f"{r.function} in {r.module}"
             lines.append(f"  {label[:60]:60s} {r.layer:>10s} {ms_value(r.kernel_ms):>9s} {r.kernels:>7d} {r.syncs:>5d}")
+    source_lines = [r for r in s.evidence.lines if r.kernel_ms][:PRINTED_MODULES]
+    if source_lines:
+        lines.append(f"  {'line of a forward body (in module)':60s} {'ops':>28s} {'kernel ms':>9s} {'kernels':>7s}")
+        for r in source_lines:
+            label = f"{r.line} in {r.module}"
+            ops = ", ".join(r.ops)
+            lines.append(f"  {label[:60]:60s} {ops[:28]:>28s} {ms_value(r.kernel_ms):>9s} {r.kernels:>7d}")
     for f in deep.findings[:PRINTED_FINDINGS]:
         where = " ".join(x for x in (f.get("module"), f.get("call_site")) if x)
         lines.append(f"  {f['severity'].upper():8s} {f['rule']}: {f['title']}" + (f" [{where}]" if where else ""))
     return "\n".join(lines)
+
+
+def _pct(value: float | None) -> str:
+    return f"{value:.0%}" if value is not None else "?"
+
+
+def format_shares(s: CaptureSummary) -> list[str]:
+    """The line of kernel time named, strict to wide (``Shares``): by any module; by a leaf module or a helper
+    function (every forward body unnamed); below the tracker's forward; that plus its forward body's lines."""
+    sh = s.shares
+    if sh.kernel_named is None and sh.kernel_named_or_function is None:
+        return []
+    text = (f"  kernel time named: {_pct(sh.kernel_named)} by a module (forward bodies included), "
+            f"{_pct(sh.kernel_named_or_function)} by a leaf module or a function below a forward")
+    if sh.kernel_below_forward is not None:
+        text += (f"; below the tracker's forward: {_pct(sh.kernel_below_forward)} by a module or a function, "
+                 f"{_pct(sh.kernel_below_forward_or_line)} with the lines of its forward body")
+    return [text]
 
 
 def _ratio(s: CaptureSummary, stopped: str | None = None) -> str:

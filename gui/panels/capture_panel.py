@@ -114,6 +114,16 @@ def short_kernel_name(name: str) -> str:
     return text or name
 
 
+def line_name(line: str) -> str:
+    """A line row's name, its line number first so that eliding the middle keeps it: 'x/offline.py:154 forward' ->
+    'line 154 of offline.py' (the row sits under its forward body; the tooltip has the whole label)."""
+    head = line.partition(" ")[0]
+    file, _, number = head.rpartition(":")
+    if not file or not number.isdigit():
+        return line
+    return f"line {number} of {file.replace(chr(92), '/').rsplit('/', 1)[-1]}"
+
+
 def summary_line(s: CaptureSummary) -> str:
     parts = [f"{s.device} {s.precision}"]
     if s.unprofiled_wall_ms is not None and s.profiled_wall_ms is not None:
@@ -128,6 +138,10 @@ def summary_line(s: CaptureSummary) -> str:
         parts.append(f"GPU kernels {s.kernel_ms:.2f} ms, idle {s.gpu_idle_ms:.2f} ms")
     if s.shares.wall_named:
         parts.append(f"{s.shares.wall_named:.0%} of wall in named modules")
+    if s.shares.kernel_below_forward is not None:
+        with_lines = s.shares.kernel_below_forward_or_line or 0.0
+        parts.append(f"kernel time below the tracker's forward {s.shares.kernel_below_forward:.0%} "
+                     f"({with_lines:.0%} with its lines)")
     if s.error:
         parts.append(f"capture error: {s.error}")
     return "  |  ".join(parts)
@@ -335,6 +349,10 @@ class CapturePanel(QWidget):
         for f in s.evidence.functions:
             if f.kernel_ms or f.syncs or f.wall_ms >= FUNCTION_MIN_WALL_MS:
                 functions.setdefault((f.stage, f.module), []).append(f)
+        lines: dict[tuple[str, str], list[Any]] = {}  # the source lines of a forward body (evidence rows)
+        for ln in s.evidence.lines:
+            if ln.kernel_ms or ln.wall_ms >= FUNCTION_MIN_WALL_MS:
+                lines.setdefault((ln.stage, ln.module), []).append(ln)
         for st in s.stages:
             notes = ", ".join(p for p in (f"{st.syncs} syncs" if st.syncs else "",
                                           f"{st.copies} copies" if st.copies else "") if p)
@@ -353,6 +371,12 @@ class CapturePanel(QWidget):
                     mod.addChild(_item((f"ƒ {f.function}", _ms(f.wall_ms), _ms(f.kernel_ms), str(f.kernels), notes),
                                        {"kind": "function", "stage": st.stage, "module": c.module,
                                         "function": f.function, "site": f.site}))
+                for ln in sorted(lines.get((st.stage, c.module), []), key=lambda r: -(r.kernel_ms + r.wall_ms)):
+                    row = _item((f"≡ {line_name(ln.line)}", _ms(ln.wall_ms), _ms(ln.kernel_ms), str(ln.kernels),
+                                 ", ".join(ln.ops)),
+                                {"kind": "line", "stage": st.stage, "module": c.module, "line": ln.line})
+                    row.setToolTip(COL_NAME, f"{ln.line}: {ln.launches} launches, ops {', '.join(ln.ops) or '-'}")
+                    mod.addChild(row)
                 for k in kernels.get((st.stage, c.module), []):
                     label = " ".join(p for p in (k.kind, {True: "tc", False: "simt"}.get(k.tensor_core, ""),
                                                  k.precision or "", f"sm{k.arch}" if k.arch else "",
