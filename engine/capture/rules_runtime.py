@@ -24,6 +24,7 @@ from engine.capture.finding import (
 )
 from engine.capture.rules_sync import SYNC_COST_MS
 from engine.capture.summary import ADAPTER_STAGES, CaptureSummary
+from engine.capture.threads import PROBE_FAIR_MS, PROBE_MS, probe_penalty_ms
 
 #: cudaFree synchronises the device: at least a sync's cost on top of its own host time
 FREE_SYNC_MS = SYNC_COST_MS
@@ -39,9 +40,13 @@ FRAGMENTATION_RATIO = 1.5  # reserved over allocated peak above this: the pool h
 RECOMPILE_COST_MS = 50.0
 #: what a graph break costs per call: a guard check and a return to eager between two compiled graphs
 GRAPH_BREAK_COST_MS = 0.05
-#: time lost to oversubscribed intra-op threads (context switches, cache thrash): a stated fifth of the CPU op
-#: time, the low end of what PyTorch's tuning guide reports for torch threads > physical cores
+#: CPU runs: time lost to oversubscribed intra-op threads (context switches, cache thrash): a stated fifth of the
+#: CPU op time, the low end of what PyTorch's tuning guide reports for torch threads > physical cores
 OVERSUBSCRIPTION_LOSS = 0.2
+#: GPU runs without a probe (engine.capture.threads): what each CPU op loses to an oversubscribed team, ms. The low
+#: end of the H200 machine's measured losses at 2x and 4x its 16 cores (0.1-0.4 ms per small op, 0.25-0.5 for an
+#: exp over 1 M floats, 0.4-0.85 for a 512^3 matmul, 0.65-1.8 for a 16-filter conv)
+OVERSUBSCRIBED_OP_LOSS_MS = 0.1
 
 
 def allocator_churn(s: CaptureSummary, ctx: Context) -> list[Finding]:
@@ -245,21 +250,42 @@ def cpu_ops_in_gpu_run(s: CaptureSummary, ctx: Context) -> list[Finding]:
 
 
 def thread_oversubscription(s: CaptureSummary, ctx: Context) -> list[Finding]:
-    """More torch intra-op threads than the cores this process may use, with CPU op time that matters."""
-    h = s.evidence.host
+    """More torch intra-op threads than the cores this process may use, with CPU op time that matters.
+
+    GPU runs: each of the tracker's CPU ops (the top-level ones that launched no GPU work) loses the probe's
+    measured per-op penalty (``engine.capture.threads``; ``OVERSUBSCRIBED_OP_LOSS_MS`` where the capture has no
+    probe), at most its time and what the GPU waited meanwhile. CPU runs: a stated ``OVERSUBSCRIPTION_LOSS`` of
+    the tracker's time.
+    """
+    h, idle = s.evidence.host, s.evidence.idle
     if not h.cores or h.num_threads <= h.cores or not s.wall_ms:
         return []
-    cpu_ms = h.cpu_only_ms if s.has_gpu else tracker_wall_ms(s)
-    share = share_of(s, OVERSUBSCRIPTION_LOSS * cpu_ms)
+    probed = probe_penalty_ms(s.evidence.settings)
+    per_op = probed if probed is not None else OVERSUBSCRIBED_OP_LOSS_MS
+    if s.has_gpu:
+        cpu_ms = h.cpu_only_ms
+        waited = idle.host_wait_ms + idle.sync_ms
+        at_stake = min(cpu_ms, h.cpu_only_ops * per_op, waited if waited else cpu_ms)
+        site = h.cpu_only_site
+    else:
+        cpu_ms = tracker_wall_ms(s)
+        at_stake = OVERSUBSCRIPTION_LOSS * cpu_ms
+        site = None
+    share = share_of(s, at_stake)
     if share < REPORT_SHARE:
         return []
+    measured = (f"; a parallel op here takes {s.evidence.settings[PROBE_MS]} ms at {h.num_threads} threads, "
+                f"{s.evidence.settings[PROBE_FAIR_MS]} ms at {h.cores}" if probed is not None else "")
     return [finding("thread_oversubscription", share,
-                    f"{h.num_threads} torch threads on {h.cores} cores ({cpu_ms:.1f} ms of CPU ops)",
+                    f"{h.num_threads} torch threads on {h.cores} cores ({cpu_ms:.1f} ms of CPU ops"
+                    + (f" in {h.cpu_only_ops} ops{at(site)}" if s.has_gpu else "") + f"{measured})",
                     {"num_threads": h.num_threads, "interop_threads": h.interop_threads, "cores": h.cores,
-                     "cpu_ms": cpu_ms, "assumed_loss": OVERSUBSCRIPTION_LOSS},
+                     "cpu_ms": cpu_ms, "cpu_ops": h.cpu_only_ops if s.has_gpu else 0,
+                     "loss_per_op_ms": per_op if s.has_gpu else 0.0, "probed": probed is not None,
+                     "assumed_loss": 0.0 if s.has_gpu else OVERSUBSCRIPTION_LOSS},
                     f"torch.set_num_threads({h.cores}) (or OMP_NUM_THREADS={h.cores}); with several worker "
                     "processes, divide the cores between them",
-                    typical_wall_ms=ctx["typical"])]
+                    typical_wall_ms=ctx["typical"], call_site=site)]
 
 
 def profiler_added_ms(s: CaptureSummary) -> float:
