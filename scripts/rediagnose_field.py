@@ -5,11 +5,11 @@ Usage (from the repo root):
     python3 scripts/rediagnose_field.py DIR [--findings]
 
 DIR: a folder ``scripts/diagnose_field.py`` wrote (``NAME.json`` per plugin, each report with its deep-capture
-summary in ``capture``). Each report is opened the way the app and ``trackscope diagnose`` open one
-(``engine.analysis.analyse.analyse_many``: the report rules and today's capture rules over the recorded summary)
-and judged as ``diagnose_field`` judges a fresh run (the expected rule from ``PLANTED``; controls, CorrTrack
-and ``clean``, expect nothing above info). Prints the markdown table ``diagnose_field`` prints;
-``--findings`` adds every finding above info per plugin under it.
+summary in ``capture``; ``NAME_TAG.json`` is read as another report of plugin NAME). Each report is opened the
+way the app and ``trackscope diagnose`` open one (``engine.analysis.analyse.analyse_many``: the report rules and
+today's capture rules over the recorded summary) and judged as ``diagnose_field`` judges a fresh run (the
+expected rule from ``PLANTED``; controls, CorrTrack and ``clean``, expect nothing above info). Prints the
+markdown table ``diagnose_field`` prints; ``--findings`` adds every finding above info per plugin under it.
 """
 
 from __future__ import annotations
@@ -39,10 +39,19 @@ def _field_script() -> Any:
     return module
 
 
+def planted_name(stem: str) -> str | None:
+    """The field plugin a report file is of: ``NAME.json``, or ``NAME_TAG.json`` (a re-run, tagged); None for a
+    control (CorrTrack, any other tracker)."""
+    if stem in PLANTED:
+        return stem
+    return max((n for n in PLANTED if stem.startswith(f"{n}_")), key=len, default=None)
+
+
 def rediagnose(path: Path, field: Any) -> dict[str, Any]:
     """One recorded report -> its table row by today's rules."""
     name = path.stem
-    expected = PLANTED[name].rule if name in PLANTED else None
+    plugin = planted_name(name)
+    expected = PLANTED[plugin].rule if plugin else None
     report = load_report(path)
     analysis = analyse_many([report])
     warm = report.totals.warm_ms_median
@@ -73,11 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     field = _field_script()
     order = {n: i for i, n in enumerate(PLANTED)}
     rows = []
-    for path in sorted(paths, key=lambda p: (order.get(p.stem, len(order)), p.stem)):
+    for path in sorted(paths, key=lambda p: (order.get(planted_name(p.stem) or "", len(order)), p.stem)):
         try:
             rows.append(rediagnose(path, field))
         except ReportError as exc:
-            rows.append({"plugin": path.stem, "expected": PLANTED[path.stem].rule if path.stem in PLANTED else None,
+            plugin = planted_name(path.stem)
+            rows.append({"plugin": path.stem, "expected": PLANTED[plugin].rule if plugin else None,
                          "error": exc.message})
     print(field.format_table(rows))
     if args.findings:

@@ -47,10 +47,13 @@ def oversubscription_probe(threads: int, cores: int, repeats: int = PROBE_REPEAT
     out = torch.empty_like(x)
     before = torch.get_num_threads()
     try:
-        torch.set_num_threads(threads)
-        over = _median_ms(lambda: torch.exp(x, out=out), repeats)
+        # the fair count first: right after an oversubscribed team its idle workers still spin (OpenMP's wait
+        # policy) and take the cores a smaller team would use (on the H200 machine a fair op timed right after the
+        # oversubscribed ones read 0.13 ms against 0.05 on its own)
         torch.set_num_threads(cores)
         fair = _median_ms(lambda: torch.exp(x, out=out), repeats)
+        torch.set_num_threads(threads)
+        over = _median_ms(lambda: torch.exp(x, out=out), repeats)
     finally:
         torch.set_num_threads(before)
     return {PROBE_MS: f"{over:.4f}", PROBE_FAIR_MS: f"{fair:.4f}", PROBE_THREADS: str(threads)}
