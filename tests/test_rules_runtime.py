@@ -48,9 +48,25 @@ def test_large_allocation_per_call_is_about_memory_not_time():
     f = by_rule(found)["large_allocation"]
     assert found[0] is f and f["call_site"] == SITE and f["evidence"]["share"] == 0.0
     assert f["severity"] == "info" and f["evidence"]["of_capacity"] == pytest.approx(40 * GiB / H200_BYTES, abs=1e-4)
+    assert "of the card" in f["title"] and f["evidence"]["site_kernel_ms"] == 0.0
     middling = memory(largest_allocation_bytes=256 * MiB, allocated_bytes=512 * MiB)
     assert "large_allocation" in by_rule(findings(planted(clean_gpu(), memory=middling)))  # from 256 MiB
     assert "large_allocation" not in by_rule(findings(clean_gpu()))  # 20 MiB
+
+
+def test_large_allocation_says_what_its_function_sweeps_but_stakes_no_time_on_it():
+    """The allocating function's kernels (the fill and the passes over the buffer) are context in the title and
+    evidence; the share stays 0: the capture cannot tell the part of the buffer a call needs."""
+    from engine.capture.evidence import FunctionRow
+
+    big = memory(largest_allocation_bytes=256 * MiB, allocated_bytes=800 * MiB, largest_allocation_site=SITE)
+    rows = (FunctionRow("(forward body of T)", "refine_step (tracker/model.py:40)", SITE, "user", 0.0, 0.42, 18,
+                        18, 0, 49),
+            FunctionRow("(forward body of T)", "score (tracker/model.py:90)", "tracker/model.py:90 score", "user",
+                        0.0, 3.0, 5, 5, 0, 9))
+    f = by_rule(findings(planted(clean_gpu(), memory=big, functions=rows)))["large_allocation"]
+    assert f["evidence"]["site_kernel_ms"] == pytest.approx(0.42) and f["severity"] == "info"
+    assert f["evidence"]["share"] == 0.0 and "kernels take 0.42 ms (2.1 % of the run)" in f["title"]
 
 
 @pytest.mark.parametrize("used, severity", [(0.97, "warning"), (0.9, "info"), (0.5, None)])

@@ -79,7 +79,7 @@ def large_allocation(s: CaptureSummary, ctx: Context) -> list[Finding]:
 
     No time at stake (share 0, so info): the caching allocator serves a repeated size from its pool, and
     allocator time in the run is allocator_churn's; what is at stake is memory (how close the card is to
-    full is memory_near_capacity's).
+    full is memory_near_capacity's). The kernel time of the allocating function is said as context.
     """
     m = s.evidence.memory
     big = m.largest_allocation_bytes
@@ -89,11 +89,19 @@ def large_allocation(s: CaptureSummary, ctx: Context) -> list[Finding]:
     if not big or big < threshold or not s.wall_ms:
         return []
     of_capacity = big / m.capacity_bytes if m.capacity_bytes else 0.0
+    # what the allocating function's kernels take (filling and sweeping the buffer among them): context, not time
+    # at stake, since the capture cannot tell the part of the buffer a call needs from the part it does not
+    site_ms = sum(r.kernel_ms for r in s.evidence.functions if m.largest_allocation_site
+                  and r.site == m.largest_allocation_site)
+    swept = (f"; its function's kernels take {site_ms:.2f} ms ({100 * gpu_share_of(s, site_ms):.1f} % of the run)"
+             if site_ms > 0 else "")
     f = finding("large_allocation", 0.0,
                 f"one allocation of {size(big)} per call{at(m.largest_allocation_site)} "
-                f"({size(m.allocated_bytes)} allocated in the run over {m.allocations} allocations)",
+                f"({size(m.allocated_bytes)} allocated in the run over {m.allocations} allocations; "
+                f"{100 * of_capacity:.1f} % of the card){swept}",
                 {"largest_allocation_bytes": big, "allocated_bytes": m.allocated_bytes,
-                 "allocations": m.allocations, "capacity_bytes": m.capacity_bytes, "of_capacity": of_capacity},
+                 "allocations": m.allocations, "capacity_bytes": m.capacity_bytes, "of_capacity": of_capacity,
+                 "site_kernel_ms": site_ms},
                 "allocate the buffer once and reuse it across calls (a preallocated tensor written with out= "
                 "or in-place ops), or process the points/frames in chunks so the peak shrinks",
                 typical_wall_ms=ctx["typical"], call_site=m.largest_allocation_site)
