@@ -48,9 +48,25 @@ def test_large_allocation_per_call_is_about_memory_not_time():
     f = by_rule(found)["large_allocation"]
     assert found[0] is f and f["call_site"] == SITE and f["evidence"]["share"] == 0.0
     assert f["severity"] == "info" and f["evidence"]["of_capacity"] == pytest.approx(40 * GiB / H200_BYTES, abs=1e-4)
+    assert "of the card" in f["title"] and f["evidence"]["site_kernel_ms"] == 0.0
     middling = memory(largest_allocation_bytes=256 * MiB, allocated_bytes=512 * MiB)
     assert "large_allocation" in by_rule(findings(planted(clean_gpu(), memory=middling)))  # from 256 MiB
     assert "large_allocation" not in by_rule(findings(clean_gpu()))  # 20 MiB
+
+
+def test_large_allocation_says_what_its_function_sweeps_but_stakes_no_time_on_it():
+    """The allocating function's kernels (the fill and the passes over the buffer) are context in the title and
+    evidence; the share stays 0: the capture cannot tell the part of the buffer a call needs."""
+    from engine.capture.evidence import FunctionRow
+
+    big = memory(largest_allocation_bytes=256 * MiB, allocated_bytes=800 * MiB, largest_allocation_site=SITE)
+    rows = (FunctionRow("(forward body of T)", "refine_step (tracker/model.py:40)", SITE, "user", 0.0, 0.42, 18,
+                        18, 0, 49),
+            FunctionRow("(forward body of T)", "score (tracker/model.py:90)", "tracker/model.py:90 score", "user",
+                        0.0, 3.0, 5, 5, 0, 9))
+    f = by_rule(findings(planted(clean_gpu(), memory=big, functions=rows)))["large_allocation"]
+    assert f["evidence"]["site_kernel_ms"] == pytest.approx(0.42) and f["severity"] == "info"
+    assert f["evidence"]["share"] == 0.0 and "kernels take 0.42 ms (2.1 % of the run)" in f["title"]
 
 
 @pytest.mark.parametrize("used, severity", [(0.97, "warning"), (0.9, "info"), (0.5, None)])
@@ -180,6 +196,62 @@ def test_thread_oversubscription_on_a_cpu_run():
     assert "thread_oversubscription" not in by_rule(findings(clean_cpu()))  # 2 threads on 2 cores
     gpu = planted(clean_gpu(), host=HostFacts(num_threads=32, cores=4))  # no CPU op time to lose
     assert "thread_oversubscription" not in by_rule(findings(gpu))
+
+
+def _oversubscribed_gpu(probe: tuple[float, float] | None, cpu_ops: int = 100, cpu_ms: float = 12.0):
+    """A GPU run with 64 threads on 16 cores whose CPU ops the GPU waited for; ``probe``: the recorded probe's
+    (oversubscribed, fair) ms per op."""
+    s = planted(clean_gpu(wall_ms=40.0, profiled_wall_ms=40.0, unprofiled_wall_ms=40.0),
+                host=HostFacts(cpu_only_ops=cpu_ops, cpu_only_ms=cpu_ms, cpu_only_names=("aten::exp",),
+                               cpu_only_site=SITE, num_threads=64, interop_threads=16, cores=16),
+                idle=IdleBreakdown(host_wait_ms=cpu_ms + 1.0))
+    if probe is not None:
+        settings = {**s.evidence.settings, "thread_probe_ms": str(probe[0]), "thread_probe_fair_ms": str(probe[1])}
+        s = dataclasses.replace(s, evidence=dataclasses.replace(s.evidence, settings=settings))
+    return s
+
+
+def test_thread_oversubscription_on_a_gpu_run_charges_the_probed_loss_per_cpu_op_and_names_the_ops_it_slows():
+    """On a GPU run each CPU op loses what the probe measured (oversubscribed less fair time of one parallel op);
+    when that is most of the ops' time at stake, the CPU ops' finding is the thread count's: one finding at the ops'
+    site, its own share (set_num_threads saves that), the ops' share and the second fix carried."""
+    found = findings(_oversubscribed_gpu(probe=(0.10, 0.02)))  # 100 ops x 0.08 ms = 8 of the 12 ms
+    top = found[0]
+    assert top["rule"] == "thread_oversubscription" and top["call_site"] == SITE and top["severity"] == "warning"
+    assert top["evidence"]["share"] == pytest.approx(8.0 / 40.0, abs=1e-4) and top["evidence"]["probed"]
+    assert top["evidence"]["cpu_ops_in_gpu_run_share"] == pytest.approx(12.0 / 40.0, abs=1e-4)
+    assert "cpu_ops_in_gpu_run" not in by_rule(found) and "device=" in top["suggestion"]
+    assert "set_num_threads(16)" in top["suggestion"] and "0.1 ms at 64 threads" in top["title"]
+    # a small measured loss: the ops are slow on their own; they stay their finding, the threads a second one
+    found = findings(_oversubscribed_gpu(probe=(0.03, 0.02)))  # 100 x 0.01 = 1 of 12 ms
+    assert found[0]["rule"] == "cpu_ops_in_gpu_run"
+    assert by_rule(found)["thread_oversubscription"]["evidence"]["share"] == pytest.approx(1.0 / 40.0, abs=1e-4)
+
+
+def test_thread_oversubscription_on_a_gpu_run_without_a_probe_takes_the_stated_per_op_floor():
+    from engine.capture.rules_runtime import OVERSUBSCRIBED_OP_LOSS_MS
+
+    f = by_rule(findings(_oversubscribed_gpu(probe=None, cpu_ops=40)))["thread_oversubscription"]
+    assert f["evidence"]["share"] == pytest.approx(40 * OVERSUBSCRIBED_OP_LOSS_MS / 40.0, abs=1e-4)
+    assert not f["evidence"]["probed"]
+    # never more than the ops' own time, nor than the GPU waited for them
+    waited = _oversubscribed_gpu(probe=(5.0, 0.0), cpu_ops=10, cpu_ms=3.0)
+    assert by_rule(findings(waited))["thread_oversubscription"]["evidence"]["share"] == pytest.approx(3.0 / 40.0,
+                                                                                                  abs=1e-4)
+
+
+def test_the_oversubscription_probe_times_one_op_at_both_thread_counts_and_puts_the_count_back():
+    import torch
+
+    from engine.capture.threads import PROBE_FAIR_MS, PROBE_MS, oversubscription_probe, probe_penalty_ms
+
+    before = torch.get_num_threads()
+    assert oversubscription_probe(2, 2) == {} and oversubscription_probe(4, 0) == {}
+    probe = oversubscription_probe(4, 1, repeats=2)
+    assert torch.get_num_threads() == before
+    assert float(probe[PROBE_MS]) > 0 and float(probe[PROBE_FAIR_MS]) > 0
+    assert probe_penalty_ms(probe) == pytest.approx(max(0.0, float(probe[PROBE_MS]) - float(probe[PROBE_FAIR_MS])))
+    assert probe_penalty_ms({}) is None and probe_penalty_ms({PROBE_MS: "x", PROBE_FAIR_MS: "1"}) is None
 
 
 def test_a_clean_run_with_every_kind_of_evidence_at_quiet_levels_stays_info():

@@ -17,7 +17,7 @@ from typing import Any
 from engine.analysis.facts import Finding
 from engine.analysis.roofline import Cost, report_cost
 from engine.analysis.rules import diagnose, diagnose_many
-from engine.capture.rules import diagnose_capture
+from engine.capture.rules import IDLE_CAUSES, diagnose_capture
 from engine.report.finding import as_finding
 from engine.report.parts import RecordedFinding
 from engine.report.schema import Report, as_report
@@ -91,8 +91,9 @@ def capture_findings(report: Report) -> tuple[Finding, ...]:
 #: telemetry- and op-count rules a capture answers precisely: where a report's capture names a host-side
 #: cause (syncs, a round trip, launches), these guesses about the same run give way to it
 SUPERSEDED_BY_CAPTURE = ("host_bound", "launch_bound", "untimed_work")
-#: the capture rules that name a host-side cause
-HOST_CAUSES = ("host_sync", "cpu_round_trip", "launch_bound_capture", "gpu_idle_gaps")
+#: the capture rules that name a host-side cause: the syncs, copies, launches, Python, CPU ops and thread count the
+#: GPU waited on (engine.capture.rules.IDLE_CAUSES), and the idle rule itself
+HOST_CAUSES = (*IDLE_CAUSES, "gpu_idle_gaps")
 
 
 def _defer_to_captures(findings: Sequence[Finding], captured: Sequence[Finding | Mapping[str, Any]]

@@ -271,6 +271,17 @@ def run_settings(with_device: bool = True) -> dict[str, str]:
     return out
 
 
+def _probe_threads(settings: dict[str, str]) -> dict[str, str]:
+    """Where the run had more intra-op threads than cores: what that costs one parallel op (engine.capture.threads)."""
+    from engine.capture.threads import oversubscription_probe
+
+    try:
+        return oversubscription_probe(int(settings.get("num_threads", "0")), int(settings.get("cores", "0")))
+    except (ValueError, RuntimeError) as exc:  # unreadable settings, or a thread count torch refuses: no probe
+        log.warning("thread oversubscription probe skipped: %s", exc)
+        return {}
+
+
 def _counter_deltas(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> dict[str, str]:
     """dynamo counters that moved during the captured run (``dynamo.<group>.<name>``), and the totals so far."""
     out: dict[str, str] = {}
@@ -467,6 +478,7 @@ def capture_run(
         result.error = f"{what}: {type(cause).__name__}: {cause}"
         return result
     assert result.trace is not None
+    result.settings.update(_probe_threads(result.settings))
     if use_cuda and not result.trace.kernels and not result.trace.runtime:
         result.error = ("the capture recorded no CUDA activity (CUPTI unavailable or blocked?): "
                         "only CPU-side data is shown")

@@ -114,7 +114,7 @@ def diagnose_capture(summary: CaptureSummary, *, precision: str | None = None,
 
 #: rules whose finding accounts for the GPU idle time in its module (their fix removes the gap)
 IDLE_CAUSES = ("host_sync", "cpu_round_trip", "launch_bound_capture", "sync_copy", "pageable_copy",
-               "repeated_copy", "host_bound", "cpu_ops_in_gpu_run")
+               "repeated_copy", "host_bound", "cpu_ops_in_gpu_run", "thread_oversubscription")
 #: of those, the ones that explain a run's leftover host idle wherever it lies (no module of their own)
 RUN_WIDE_IDLE_CAUSES = ("launch_bound_capture", "host_bound")
 
@@ -204,7 +204,28 @@ def _named_by_their_cause(findings: list[Finding], ctx: Context) -> list[Finding
     # a compiled function's graph break is what makes it recompile when the break hands dynamo a changing
     # Python value (``.item()``): one problem, at one site
     findings = _fold(findings, "recompile", ("graph_break",), _same_site, ctx)
-    return _fold(findings, "cpu_ops_in_gpu_run", ("cpu_round_trip",), lambda child, owner: True, ctx)
+    findings = _fold(findings, "cpu_ops_in_gpu_run", ("cpu_round_trip",), lambda child, owner: True, ctx)
+    return _cpu_ops_slowed_by_threads(findings)
+
+
+#: thread_oversubscription names the CPU ops of a GPU run once its loss is at least this share of their time at
+#: stake: the ops are slow mostly because of the thread count
+THREADS_EXPLAIN_CPU_OPS = 0.5
+
+
+def _cpu_ops_slowed_by_threads(findings: list[Finding]) -> list[Finding]:
+    """CPU ops of a GPU run that lose most of their time to oversubscribed threads (the probe's per-op loss) are
+    the thread count's finding: it carries their share and the second fix (the ops on the GPU), and keeps its own
+    share (setting the threads saves that much, not the ops' whole time)."""
+    threads = next((f for f in findings if f["rule"] == "thread_oversubscription"), None)
+    ops = next((f for f in findings if f["rule"] == "cpu_ops_in_gpu_run"), None)
+    if threads is None or ops is None or not threads["call_site"] or threads["call_site"] != ops["call_site"]:
+        return findings
+    if threads["evidence"]["share"] < THREADS_EXPLAIN_CPU_OPS * ops["evidence"]["share"]:
+        return findings
+    threads["evidence"]["cpu_ops_in_gpu_run_share"] = ops["evidence"]["share"]
+    threads["suggestion"] += f"; then {ops['suggestion']}"
+    return [f for f in findings if f is not ops]
 
 
 def _syncs_explain_launches(findings: list[Finding], ctx: dict[str, Any]) -> list[Finding]:

@@ -24,6 +24,7 @@ from engine.capture.finding import (
 )
 from engine.capture.rules_sync import SYNC_COST_MS
 from engine.capture.summary import ADAPTER_STAGES, CaptureSummary
+from engine.capture.threads import PROBE_FAIR_MS, PROBE_MS, probe_penalty_ms
 
 #: cudaFree synchronises the device: at least a sync's cost on top of its own host time
 FREE_SYNC_MS = SYNC_COST_MS
@@ -39,9 +40,13 @@ FRAGMENTATION_RATIO = 1.5  # reserved over allocated peak above this: the pool h
 RECOMPILE_COST_MS = 50.0
 #: what a graph break costs per call: a guard check and a return to eager between two compiled graphs
 GRAPH_BREAK_COST_MS = 0.05
-#: time lost to oversubscribed intra-op threads (context switches, cache thrash): a stated fifth of the CPU op
-#: time, the low end of what PyTorch's tuning guide reports for torch threads > physical cores
+#: CPU runs: time lost to oversubscribed intra-op threads (context switches, cache thrash): a stated fifth of the
+#: CPU op time, the low end of what PyTorch's tuning guide reports for torch threads > physical cores
 OVERSUBSCRIPTION_LOSS = 0.2
+#: GPU runs without a probe (engine.capture.threads): what each CPU op loses to an oversubscribed team, ms. The low
+#: end of the H200 machine's measured losses at 2x and 4x its 16 cores (0.1-0.4 ms per small op, 0.25-0.5 for an
+#: exp over 1 M floats, 0.4-0.85 for a 512^3 matmul, 0.65-1.8 for a 16-filter conv)
+OVERSUBSCRIBED_OP_LOSS_MS = 0.1
 
 
 def allocator_churn(s: CaptureSummary, ctx: Context) -> list[Finding]:
@@ -74,7 +79,7 @@ def large_allocation(s: CaptureSummary, ctx: Context) -> list[Finding]:
 
     No time at stake (share 0, so info): the caching allocator serves a repeated size from its pool, and
     allocator time in the run is allocator_churn's; what is at stake is memory (how close the card is to
-    full is memory_near_capacity's).
+    full is memory_near_capacity's). The kernel time of the allocating function is said as context.
     """
     m = s.evidence.memory
     big = m.largest_allocation_bytes
@@ -84,11 +89,19 @@ def large_allocation(s: CaptureSummary, ctx: Context) -> list[Finding]:
     if not big or big < threshold or not s.wall_ms:
         return []
     of_capacity = big / m.capacity_bytes if m.capacity_bytes else 0.0
+    # what the allocating function's kernels take (filling and sweeping the buffer among them): context, not time
+    # at stake, since the capture cannot tell the part of the buffer a call needs from the part it does not
+    site_ms = sum(r.kernel_ms for r in s.evidence.functions if m.largest_allocation_site
+                  and r.site == m.largest_allocation_site)
+    swept = (f"; its function's kernels take {site_ms:.2f} ms ({100 * gpu_share_of(s, site_ms):.1f} % of the run)"
+             if site_ms > 0 else "")
     f = finding("large_allocation", 0.0,
                 f"one allocation of {size(big)} per call{at(m.largest_allocation_site)} "
-                f"({size(m.allocated_bytes)} allocated in the run over {m.allocations} allocations)",
+                f"({size(m.allocated_bytes)} allocated in the run over {m.allocations} allocations; "
+                f"{100 * of_capacity:.1f} % of the card){swept}",
                 {"largest_allocation_bytes": big, "allocated_bytes": m.allocated_bytes,
-                 "allocations": m.allocations, "capacity_bytes": m.capacity_bytes, "of_capacity": of_capacity},
+                 "allocations": m.allocations, "capacity_bytes": m.capacity_bytes, "of_capacity": of_capacity,
+                 "site_kernel_ms": site_ms},
                 "allocate the buffer once and reuse it across calls (a preallocated tensor written with out= "
                 "or in-place ops), or process the points/frames in chunks so the peak shrinks",
                 typical_wall_ms=ctx["typical"], call_site=m.largest_allocation_site)
@@ -245,21 +258,42 @@ def cpu_ops_in_gpu_run(s: CaptureSummary, ctx: Context) -> list[Finding]:
 
 
 def thread_oversubscription(s: CaptureSummary, ctx: Context) -> list[Finding]:
-    """More torch intra-op threads than the cores this process may use, with CPU op time that matters."""
-    h = s.evidence.host
+    """More torch intra-op threads than the cores this process may use, with CPU op time that matters.
+
+    GPU runs: each of the tracker's CPU ops (the top-level ones that launched no GPU work) loses the probe's
+    measured per-op penalty (``engine.capture.threads``; ``OVERSUBSCRIBED_OP_LOSS_MS`` where the capture has no
+    probe), at most its time and what the GPU waited meanwhile. CPU runs: a stated ``OVERSUBSCRIPTION_LOSS`` of
+    the tracker's time.
+    """
+    h, idle = s.evidence.host, s.evidence.idle
     if not h.cores or h.num_threads <= h.cores or not s.wall_ms:
         return []
-    cpu_ms = h.cpu_only_ms if s.has_gpu else tracker_wall_ms(s)
-    share = share_of(s, OVERSUBSCRIPTION_LOSS * cpu_ms)
+    probed = probe_penalty_ms(s.evidence.settings)
+    per_op = probed if probed is not None else OVERSUBSCRIBED_OP_LOSS_MS
+    if s.has_gpu:
+        cpu_ms = h.cpu_only_ms
+        waited = idle.host_wait_ms + idle.sync_ms
+        at_stake = min(cpu_ms, h.cpu_only_ops * per_op, waited if waited else cpu_ms)
+        site = h.cpu_only_site
+    else:
+        cpu_ms = tracker_wall_ms(s)
+        at_stake = OVERSUBSCRIPTION_LOSS * cpu_ms
+        site = None
+    share = share_of(s, at_stake)
     if share < REPORT_SHARE:
         return []
+    measured = (f"; a parallel op here takes {s.evidence.settings[PROBE_MS]} ms at {h.num_threads} threads, "
+                f"{s.evidence.settings[PROBE_FAIR_MS]} ms at {h.cores}" if probed is not None else "")
     return [finding("thread_oversubscription", share,
-                    f"{h.num_threads} torch threads on {h.cores} cores ({cpu_ms:.1f} ms of CPU ops)",
+                    f"{h.num_threads} torch threads on {h.cores} cores ({cpu_ms:.1f} ms of CPU ops"
+                    + (f" in {h.cpu_only_ops} ops{at(site)}" if s.has_gpu else "") + f"{measured})",
                     {"num_threads": h.num_threads, "interop_threads": h.interop_threads, "cores": h.cores,
-                     "cpu_ms": cpu_ms, "assumed_loss": OVERSUBSCRIPTION_LOSS},
+                     "cpu_ms": cpu_ms, "cpu_ops": h.cpu_only_ops if s.has_gpu else 0,
+                     "loss_per_op_ms": per_op if s.has_gpu else 0.0, "probed": probed is not None,
+                     "assumed_loss": 0.0 if s.has_gpu else OVERSUBSCRIPTION_LOSS},
                     f"torch.set_num_threads({h.cores}) (or OMP_NUM_THREADS={h.cores}); with several worker "
                     "processes, divide the cores between them",
-                    typical_wall_ms=ctx["typical"])]
+                    typical_wall_ms=ctx["typical"], call_site=site)]
 
 
 def profiler_added_ms(s: CaptureSummary) -> float:

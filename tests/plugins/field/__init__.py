@@ -26,13 +26,13 @@ call it when done (``scripts/diagnose_field.py`` does).
 | misaligned_gemm | a rescoring head of widths 19, 1001, 257, 1023, 1023 in bf16 | gemm_misaligned |
 | launch_bound_loop | a filter of ~10 tiny ops x 10 steps per frame | launch_bound_capture |
 | elementwise_chain | 12 unfused elementwise ops over the correlation volume | elementwise_chain |
-| allocator_churn | a clone of a changing size and ``empty_cache()`` per frame | allocator_churn |
+| allocator_churn | a float32 scratch copy per chunk of frames, ``empty_cache()`` after each | allocator_churn |
 | large_alloc_per_call | 1024 x H x W float32 vote volumes made every call (256 MiB at 256^2) | large_allocation |
 | recompile_each_call | a compiled helper given the call counter (an int guard) | recompile |
 | graph_break | ``.item()`` inside a compiled function | graph_break |
 | host_python_loop | pure-Python weight table per point and frame | host_bound |
 | cpu_ops_in_gpu_run | a positional encoding built with CPU torch ops every call | cpu_ops_in_gpu_run |
-| thread_oversubscription | ``set_num_threads(4 * os.cpu_count())``, CPU filters per call | thread_oversubscription |
+| thread_oversubscription | ``set_num_threads(4 * os.cpu_count())``, CPU ops per call | thread_oversubscription |
 | cudnn_benchmark_off | dilated and 5x5 convs on fixed shapes, ``cudnn.benchmark`` False | cudnn_benchmark_off |
 | clean | nothing: batched, vectorised, no syncs or host work (negative control) | (none) |
 

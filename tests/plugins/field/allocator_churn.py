@@ -1,8 +1,12 @@
-"""allocator_churn: a temporal window of the correlation volume copied per frame, the cache emptied after each.
+"""allocator_churn: the correlation volume's running max taken a chunk of frames at a time in float32, the cache
+emptied after each chunk "to keep memory low".
 
-Each frame clones a window of a different length (a new block size every frame) and then calls
-``torch.cuda.empty_cache()`` "to keep memory low": every frame's blocks go back to the driver and the next
-frame's come from ``cudaMalloc`` again (and ``cudaFree`` waits for the device).
+Each chunk copies its frames (and the window before them) out in float32 and takes a running max over them:
+tens of MiB of scratch per chunk. ``torch.cuda.empty_cache()`` after the chunk hands those blocks back to the
+driver, so the next chunk's scratch comes from ``cudaMalloc`` again, and every ``cudaFree`` waits for the
+device. A few chunks per call, a few kernels each: the loop itself is not launch-bound; the churn is the cost
+(on the H200 machine, over a [256, 47, 4096] bf16 volume: 0.91 ms per call without ``empty_cache``, 3.3 ms with
+it, 14 cudaMalloc and 14 cudaFree per call).
 """
 
 from __future__ import annotations
@@ -20,21 +24,23 @@ from tests.plugins.field.common import (
     seeded,
 )
 
-WINDOW_FRAMES = 8  # frames of history each frame's window holds, at most
+WINDOW_FRAMES = 8  # frames of history before a chunk that its running max sees
+CHUNK_FRAMES = 8  # frames per chunk
 
 
 def windowed_max(corr: torch.Tensor) -> torch.Tensor:
-    """corr [N, T, P] -> the running max over each frame's trailing window [N, T, P]."""
+    """corr [N, T, P] -> each frame's running max since its chunk's window began [N, T, P], in corr's dtype."""
     out = []
-    for t in range(corr.shape[1]):
-        start = max(0, t - WINDOW_FRAMES + 1)
-        # planted: a fresh buffer of a different size per frame, then the allocator's cache emptied
-        window = corr[:, start:t + 1].clone()  # [N, t - start + 1, P]
-        out.append(0.5 * (window.amax(dim=1) + corr[:, t]))
-        del window
+    for start in range(0, corr.shape[1], CHUNK_FRAMES):
+        first = max(0, start - WINDOW_FRAMES + 1)
+        # planted: a float32 scratch copy per chunk, then the allocator's cache emptied
+        scratch = corr[:, first:start + CHUNK_FRAMES].float()  # [N, <= WINDOW + CHUNK - 1, P]
+        running = scratch.cummax(dim=1).values
+        out.append(running[:, start - first:].to(corr.dtype))
+        del scratch, running
         if corr.is_cuda:
             torch.cuda.empty_cache()
-    return torch.stack(out, dim=1)
+    return torch.cat(out, dim=1)
 
 
 class AllocatorChurnTracker(BackboneTracker):
