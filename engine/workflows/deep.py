@@ -135,10 +135,11 @@ def format_capture(deep: DeepCapture) -> str:
     source_lines = [r for r in s.evidence.lines if r.kernel_ms][:PRINTED_MODULES]
     if source_lines:
         lines.append(f"  {'line of a forward body (in module)':60s} {'ops':>28s} {'kernel ms':>9s} {'kernels':>7s}")
-        for r in source_lines:
-            label = f"{r.line} in {r.module}"
-            ops = ", ".join(r.ops)
-            lines.append(f"  {label[:60]:60s} {ops[:28]:>28s} {ms_value(r.kernel_ms):>9s} {r.kernels:>7d}")
+        for line_row in source_lines:
+            label = f"{line_row.line} in {line_row.module}"
+            ops = ", ".join(line_row.ops)
+            lines.append(f"  {label[:60]:60s} {ops[:28]:>28s} {ms_value(line_row.kernel_ms):>9s} "
+                         f"{line_row.kernels:>7d}")
     for f in deep.findings[:PRINTED_FINDINGS]:
         where = " ".join(x for x in (f.get("module"), f.get("call_site")) if x)
         lines.append(f"  {f['severity'].upper():8s} {f['rule']}: {f['title']}" + (f" [{where}]" if where else ""))
