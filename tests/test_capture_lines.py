@@ -192,9 +192,12 @@ class _Tracker(torch.nn.Module):
         return _helper(c) + F.interpolate(c[None], scale_factor=2.0).sum()
 
 
-def test_the_capture_marks_each_statement_of_a_forward_with_its_line():
+def test_the_capture_marks_each_statement_of_a_forward_with_its_line(monkeypatch):
     import inspect
 
+    import engine.capture.profile as profile
+
+    monkeypatch.setattr(profile, "_dynamo_counters", dict)  # as in a process that compiled nothing (another test may)
     model, x = _Tracker(), torch.randn(16, 16)
     result = capture_run(lambda: model(x), device="cpu", roots={"": model})
     assert result.error is None
@@ -227,3 +230,16 @@ def test_a_function_row_gets_the_host_time_it_ran_not_the_time_around_it():
     assert wall["sample (mytracker/model.py:70)"] == pytest.approx(0.08)
     assert wall["correlate (mytracker/model.py:60)"] == pytest.approx(0.02)
     assert wall[f"forward (mytracker/model.py:{FORWARD_LINE})"] == pytest.approx(0.05 + 0.6)
+
+
+def test_a_process_with_compiled_code_gets_no_line_marks(monkeypatch):
+    """dynamo would trace the marks' handler in a compiled tracker's eager parts (frames and graphs the tracker does
+    not make, read as recompiles; seen with a compiled model here): with compiled code in the process (dynamo's frame
+    counter above 0) the capture makes no marks, and its settings say so."""
+    import engine.capture.profile as profile
+
+    monkeypatch.setattr(profile, "_dynamo_counters", lambda: {"frames": {"total": 3, "ok": 3}})
+    model, x = _Tracker(), torch.randn(16, 16)
+    result = capture_run(lambda: model(x), device="cpu", roots={"": model})
+    assert result.error is None
+    assert result.trace.lines == [] and result.settings["line_marks"] == "False"

@@ -10,10 +10,15 @@ in between: that module's own range names the work) the call runs inside a profi
 ``sys.path`` prefixes). ``LINE`` is the line being executed, the statement that made the call.
 
 ``attribute_lines`` then gives each kernel launched inside such a range that line (``LineRow``:
-kernel time, kernels, launches, the ATen ops that launched them), and ``naming`` splits the run's
-kernel time by what names it (``KernelNaming``): a module path, a submodule's forward body, a
-helper function below a forward, a line of a forward body, or nothing finer than the tracker's own
-forward. A trace recorded without the marks still gets the rest; its lines are simply empty.
+kernel time, kernels, launches, the ATen ops that launched them) and splits the run's kernel time by
+the finest name each kernel has (``KernelNaming``): a module path, a submodule's forward body, a
+helper function below a forward, a line of the tracker's forward body, or nothing finer than the
+tracker's forward (``roots_of``: the outermost modules and a wrapper's only child). A trace recorded
+without the marks still gets the rest; its lines are simply empty.
+
+The marks are made in Python for every torch call (about 1.6 us each under the profiler on a CPU
+here); their own Python frames are dropped from the trace (``profile._without_budget_frames``), and a
+process with compiled code gets none (dynamo would trace them: ``profile.capture_run``).
 """
 
 from __future__ import annotations
@@ -84,8 +89,8 @@ def _range_class() -> Callable[[str], Any]:
 class LineMarks:
     """The line mark of a torch call (``label``), for the capture's TorchFunctionMode.
 
-    ``label`` is called inside ``__torch_function__`` for every op, so it makes no Python calls a
-    profiler would record past one ``sys._getframe``: frames are classified once per code object.
+    ``label`` runs inside ``__torch_function__`` for every op: it walks frames by attribute access and
+    classifies each code object once (its layer, whether it is a forward or a module call).
     """
 
     def __init__(self, layers: CodeLayers):

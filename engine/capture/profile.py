@@ -345,7 +345,8 @@ class _OpBudget(TorchFunctionMode):
                 self.stop("stopped: " + CANCELLED)
         if self.stopped is not None:
             raise CaptureLimitReached(self.stopped)
-        label = self.lines.caller_label() if self.lines is not None else None
+        # dynamo tracing a compiled tracker traces this handler too: no marks there (a frame walk breaks its graph)
+        label = None if self.lines is None or torch.compiler.is_compiling() else self.lines.caller_label()
         if label is None:
             return func(*args, **(kwargs or {}))
         with self.lines.mark(label):
@@ -375,6 +376,8 @@ def _interrupts_stop(budget: _OpBudget) -> Iterator[list[int]]:
 #: built-ins the op budget calls itself (its frame walk, its line marks): noise in the user's call stacks
 BUDGET_BUILTINS = ("<built-in function _getframe>", "RecordFunctionFast object", "_record_function_enter",
                    "_record_function_exit")
+#: torch functions it calls itself (frames named ``file(line): function``)
+BUDGET_FUNCTIONS = (": is_compiling",)
 
 
 def _without_budget_frames(chrome: dict[str, Any]) -> dict[str, Any]:
@@ -394,7 +397,7 @@ def _without_budget_frames(chrome: dict[str, Any]) -> dict[str, Any]:
         name = str(e.get("name", "")).replace("\\", "/")
         if name.endswith(": __torch_function__") and own in name:
             budget.add(key)
-        elif parent in mine or parent in budget and (marks in name or (
+        elif parent in mine or parent in budget and (marks in name or name.endswith(BUDGET_FUNCTIONS) or (
                 name.startswith("<built-in") and any(b in name for b in BUDGET_BUILTINS))):
             mine.add(key)
     drop = budget | mine
@@ -459,7 +462,10 @@ def capture_run(
     result.user_dirs = CodeLayers.for_modules(m for root in (roots or {}).values() for m in root.modules()).user_dirs
     from engine.capture.lines import LineMarks
 
-    marks = LineMarks(CodeLayers(result.user_dirs)) if with_stack else None
+    # line marks need the Python stack; dynamo would trace their handler in a compiled tracker's eager parts (more
+    # frames and graphs than the tracker makes: a false recompile), so a process with compiled code gets none
+    compiled = _dynamo_counters().get("frames", {}).get("total", 0) > 0
+    marks = LineMarks(CodeLayers(result.user_dirs)) if with_stack and not compiled else None
     activities = [ProfilerActivity.CPU]
     if use_cuda:
         activities.append(ProfilerActivity.CUDA)
@@ -513,6 +519,7 @@ def _profiled_run(run_once: Callable[[], Any], device: torch.device, activities:
                 _sync(device)
                 result.profiled_wall_ms = (time.perf_counter() - t0) * 1e3
                 result.settings = {**run_settings(), **instrumentation.settings,
+                                   "line_marks": str(budget.lines is not None),
                                    **_counter_deltas(counters_before, _dynamo_counters())}
                 ended_by_another = not profiler_active()
             finally:
