@@ -107,7 +107,7 @@ def second_process(points: list[int], runs: int, cache_root: Path) -> dict:
         t_start = time.perf_counter()
         while True:
             ms, label = _run(tracker, n)
-            if label.startswith("compiled") and tracker.switch.ready(_track_key(tracker, n)):
+            if tracker.last_track_compiled:  # the run's one batch ran the compiled code
                 break
             eager_runs.append(ms)
             if time.perf_counter() - t_start > SWITCH_WAIT_S:
@@ -121,19 +121,6 @@ def second_process(points: list[int], runs: int, cache_root: Path) -> dict:
                   "warm_ms": _warm_median(tracker, n, runs)}
         t0 = time.perf_counter()  # the next point count: from the end of this one (its own compile job)
     return out
-
-
-def _track_key(tracker, n: int):
-    """The tracker's key of a one-batch run of n points on the sample (to ask the switch directly)."""
-    import torch
-
-    from engine.core.stages import StageTimer
-    from engine.trackers.base import RunContext
-
-    frames, _, _ = _inputs(1)
-    device = torch.device("cuda")
-    ctx = RunContext(device, PRECISION, 16, StageTimer(device, enabled=False))
-    return tracker._track_key(ctx, frames.shape, n)
 
 
 def _table(first: dict, second: dict, points: list[int]) -> str:

@@ -172,8 +172,10 @@ def test_runs_are_eager_until_the_background_compile_is_done_then_compiled(monke
     assert tracker.switch.wait(WAIT_S)
     assert stand_in.compiled and {t for _, t in stand_in.compiled} == {THREAD_NAME}
     assert {f for f, _ in stand_in.compiled} >= {"features", "refine_step", "ncc_polish"}
+    assert not tracker.last_track_compiled
     second_events = list(Session(_frames(), QUERIES, config, tracker=tracker).events())
     assert {"features", "refine_step", "ncc_polish"} <= set(stand_in.run_only)
+    assert not tracker.last_track_compiled  # its last batch (1 point) is a variant of its own: eager, asked for
     np.testing.assert_array_equal(first_events[-1].tracks, second_events[-1].tracks)  # same functions underneath
     for event in first_events + second_events:
         recorder.add(event)
