@@ -8,7 +8,8 @@ bf16, per point count. Process 2 (a subprocess on the same folder, ``--compile b
 runs go on eagerly while the compile (now from the cache) runs in the background; it reports the time from
 tracker creation to the switch and to the end of the first run at compiled speed (target <= 2 s), and its
 warm compiled median. A short table at the end. Exits 0 with a line when there is no CUDA.
-Budget: ~150 s on an H200 (the cold compile is most of it; --points 256 halves it).
+Budget: ~150 s on an H200 (the cold compile is most of it; --points 256 halves it). ``--dynamo-precompile``
+repeats it with dynamo's experimental output cache on (a second start that skips tracing, if it works).
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ def second_process(points: list[int], runs: int, cache_root: Path) -> dict:
         t_start = time.perf_counter()
         while True:
             ms, label = _run(tracker, n)
-            if label.startswith("compiled") and tracker.switch.ready(_track_key(tracker, n)):
+            if tracker.last_track_compiled:  # the run's one batch ran the compiled code
                 break
             eager_runs.append(ms)
             if time.perf_counter() - t_start > SWITCH_WAIT_S:
@@ -121,19 +122,6 @@ def second_process(points: list[int], runs: int, cache_root: Path) -> dict:
                   "warm_ms": _warm_median(tracker, n, runs)}
         t0 = time.perf_counter()  # the next point count: from the end of this one (its own compile job)
     return out
-
-
-def _track_key(tracker, n: int):
-    """The tracker's key of a one-batch run of n points on the sample (to ask the switch directly)."""
-    import torch
-
-    from engine.core.stages import StageTimer
-    from engine.trackers.base import RunContext
-
-    frames, _, _ = _inputs(1)
-    device = torch.device("cuda")
-    ctx = RunContext(device, PRECISION, 16, StageTimer(device, enabled=False))
-    return tracker._track_key(ctx, frames.shape, n)
 
 
 def _table(first: dict, second: dict, points: list[int]) -> str:
@@ -154,8 +142,13 @@ def main() -> int:
     parser.add_argument("--points", default="256,1024")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--cache-dir", type=Path, help="compile-cache root (default: a fresh temporary folder)")
+    parser.add_argument("--dynamo-precompile", action="store_true",
+                        help="also cache dynamo's output (TORCH_CACHING_PRECOMPILE=1, experimental in torch): a "
+                             "second start then skips tracing too")
     parser.add_argument("--second", action="store_true", help=argparse.SUPPRESS)  # process 2
     args = parser.parse_args()
+    if args.dynamo_precompile:
+        os.environ["TORCH_CACHING_PRECOMPILE"] = "1"  # read when torch imports (the child inherits it)
     import torch
 
     if not torch.cuda.is_available():
@@ -174,8 +167,8 @@ def main() -> int:
     print(f"process 1 done in {time.perf_counter() - t0:.0f} s; process 2 ...", file=sys.stderr, flush=True)
     env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
     child = subprocess.run([sys.executable, __file__, "--second", "--points", args.points, "--runs", str(args.runs),
-                            "--cache-dir", str(root)], env=env, capture_output=True, text=True,
-                           timeout=CHILD_TIMEOUT_S)
+                            "--cache-dir", str(root), *(["--dynamo-precompile"] if args.dynamo_precompile else [])],
+                           env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
     sys.stderr.write(child.stderr[-4000:])
     if child.returncode != 0:
         print(f"process 2 failed (exit {child.returncode})")

@@ -172,8 +172,10 @@ def test_runs_are_eager_until_the_background_compile_is_done_then_compiled(monke
     assert tracker.switch.wait(WAIT_S)
     assert stand_in.compiled and {t for _, t in stand_in.compiled} == {THREAD_NAME}
     assert {f for f, _ in stand_in.compiled} >= {"features", "refine_step", "ncc_polish"}
+    assert not tracker.last_track_compiled
     second_events = list(Session(_frames(), QUERIES, config, tracker=tracker).events())
     assert {"features", "refine_step", "ncc_polish"} <= set(stand_in.run_only)
+    assert not tracker.last_track_compiled  # its last batch (1 point) is a variant of its own: eager, asked for
     np.testing.assert_array_equal(first_events[-1].tracks, second_events[-1].tracks)  # same functions underneath
     for event in first_events + second_events:
         recorder.add(event)
@@ -305,3 +307,32 @@ def test_the_counting_pass_runs_eager_and_asks_for_no_compile(monkeypatch, tmp_p
     with tracker.counting_mode():
         _run(tracker)
     assert stand_in.compiled == [] and stand_in.run_only == [] and not tracker.switch._ready
+
+
+@pytest.mark.slow
+def test_with_real_inductor_the_run_after_the_switch_runs_the_jobs_compiled_code(monkeypatch, tmp_path: Path) -> None:
+    """torch.compile for real (Inductor on the CPU, needs a C compiler): the background job's variants are the
+    ones the run's calls need (same shapes, strides, inference mode and autocast), so the run-only calls after
+    the switch run compiled regions (seen by the profiler) and never compile; the tracks match eager's."""
+    from torch.profiler import ProfilerActivity, profile
+
+    tracker = CorrTrackTracker(model=CorrTrackNet(TINY), compile="background", compile_cache_root=tmp_path)
+    monkeypatch.setattr(tracker, "_compiling", lambda device: True)
+    monkeypatch.setenv(INDUCTOR_CACHE_ENV, str(CompileCache(tmp_path, environment_key("cpu")).folder))
+    config = RunConfig(device="cpu", precision="fp32", points_per_batch=len(QUERIES))
+    eager = Session(_frames(), QUERIES, config, tracker=tracker).run()
+    assert isinstance(eager, Finished)
+    assert tracker.switch.wait(600)
+    if tracker.switch.status.state == FAILED:
+        pytest.skip(f"torch.compile does not run here: {tracker.switch.status.error}")
+    assert tracker.switch.status.state == COMPILED
+    from torch._dynamo.utils import counters
+
+    graphs_before = counters["stats"]["unique_graphs"]
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        compiled = Session(_frames(), QUERIES, config, tracker=tracker).run()
+    assert isinstance(compiled, Finished)
+    regions = [e.name for e in prof.events() if "Compiled Region" in e.name]
+    assert len(regions) >= 3  # features, the refinement iterations, the polish
+    assert counters["stats"]["unique_graphs"] == graphs_before  # nothing compiled in the run's thread
+    np.testing.assert_allclose(compiled.tracks, eager.tracks, atol=1e-3)

@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     for w in info["warnings"]:
         print(f"trackscope track: warning: {w}", file=sys.stderr)
     # --deep captures more runs of the same tracker instance: its modules are the capture's roots
-    tracker = load_tracker(config.tracker) if args.deep or args.compile == "background" else None
+    tracker = load_tracker(config.tracker) if args.deep or getattr(args, "compile", None) == "background" else None
     session = Session(frames, queries, config, tracker=tracker, video_info=info, geometry=geometry)
     recorder = None
     if args.report is not None:

@@ -137,6 +137,7 @@ class CorrTrackTracker(Tracker):
         self._tf32_batches = 0  # entries and exits of batches run with TF32 on (``_compile_job``)
         self._frames_ref: Callable[[], Any] = lambda: None  # the last prepared frames, for a compile job
         self._counting = False  # inside counting_mode: eager, and no compile asked for
+        self.last_track_compiled = False  # whether the last track call (of a run, not a job) ran compiled code
         self.graph_error = ""
         self._track_graphs = GraphCache()
         self._backbone_graphs = GraphCache()
@@ -483,7 +484,7 @@ class CorrTrackTracker(Tracker):
             if self.compile_mode == "on" or (threaded and ctx.precision in BACKGROUND_PRECISIONS):
                 job = self._compile_job(ctx.device, ctx.precision, video_shape, ctx.frames_per_batch, len(queries),
                                         threaded)
-            self._use_compiled(keys, job)
+            self.last_track_compiled = self._use_compiled(keys, job)
         feats = prepared.data["features"]  # [1, T, HW, C]
         grey = prepared.data.get("grey")  # [T, 256, 256] float32, when prepared with the polish on
         w, h = prepared.width, prepared.height
