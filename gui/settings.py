@@ -33,8 +33,11 @@ from gui.panels.run_panel import DEFAULT_GRID, MAX_GRID
 ORGANIZATION = "trackscope"
 APPLICATION = "trackscope"
 MAX_RECENT = 10
-#: CorrTrack's compile mode in the app: eager at once, compiled when the background compile is done
-DEFAULT_COMPILE_MODE = "background"
+#: CorrTrack's compile mode in the app. "background" (eager at once, compiled when a background compile is done)
+#: is not the default until it is shown on a GPU: on the H200 (session 18, scripts/compile_cache_h200.py) a
+#: second process did not switch to compiled code within 60 s of eager runs; `trackscope gui --compile
+#: background` turns it on
+DEFAULT_COMPILE_MODE = "off"
 MAX_SHOWN_CHARS = 80  # a bad value is quoted in a note up to this length
 
 
@@ -212,8 +215,8 @@ class Settings:
         self.store.setValue("config", json.dumps(config.to_dict()))
 
     def compile_mode(self) -> str:
-        """How CorrTrack compiles in the app (off / on / background; default background: a no-op without
-        CUDA); a stored value that is not one of them reads as the default."""
+        """How CorrTrack compiles in the app (off / on / background, a no-op without CUDA; default
+        DEFAULT_COMPILE_MODE); a stored value that is not one of them reads as the default."""
         value = self.store.value("corrtrack/compile", DEFAULT_COMPILE_MODE)
         return value if value in COMPILE_MODES else DEFAULT_COMPILE_MODE
 
