@@ -226,7 +226,7 @@ class MainWindow(QMainWindow):
         self.exports.note.connect(self.statusBar().showMessage)
         self.capture.note.connect(self.statusBar().showMessage)
         self.capture.captured.connect(self._show_capture)
-        self.history_panel.diff_requested.connect(self.differ.diff_ab)
+        self.history_panel.diff_requested.connect(self.differ.diff_entries)
         self.differ.started.connect(self._diff_started)
         self.differ.diffed.connect(self.show_diff)
         self.differ.failed.connect(self._diff_failed)

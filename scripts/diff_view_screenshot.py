@@ -3,8 +3,8 @@
     QT_QPA_PLATFORM=offscreen python scripts/diff_view_screenshot.py [--out docs/diff_view.png]
 
 The two recorded H200 reports (CorrTrack fp32 and bf16, 256 points) are opened first, so the Runs list
-holds A and B as a user would have them; the diff shown is the constructed one until ``diff_runs`` exists
-(``--real`` diffs the two reports through engine.api.diff_runs instead). ``--select NAME`` selects a row.
+holds them as a user would have them; the diff shown is the constructed one unless ``--real`` (both rows
+selected and diffed through the Runs list's Diff, engine.api.diff_runs). ``--select NAME`` selects a row.
 """
 
 from __future__ import annotations
@@ -48,8 +48,14 @@ def main() -> int:
     for path in (args.a, args.b):
         if not window.load_path(path):
             print(f"{path}: {window.banner.message}")
-    if args.real:
-        window.differ.diff_ab()
+    if args.real:  # the two rows selected in the Runs list, then Diff (as a user would)
+        from PySide6.QtCore import QItemSelectionModel
+
+        panel = window.history_panel
+        flags = QItemSelectionModel.SelectionFlag.Select | QItemSelectionModel.SelectionFlag.Rows
+        for row in range(panel.model.rowCount()):
+            panel.table.selectionModel().select(panel.model.index(row, 0), flags)
+        panel.request_diff()
         while window.differ.busy:
             app.processEvents()
         app.processEvents()

@@ -1,5 +1,5 @@
 """The app's diff view (issue 21): the panel over a Diff built from the model's dataclasses, the waterfall's bars,
-the Runs list's Diff A and B, and the diff controller's error path. No diff_runs needed: where the app calls it,
+the Runs list's Diff, and the diff controller's error path. No diff_runs needed: where the app calls it,
 the tests put a stand-in on engine.api (the contract is the Diff it returns)."""
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ def _report_entry(state: AppState, precision: str) -> int:
     return entry.id
 
 
-def test_diff_a_and_b_is_enabled_only_once_both_are_picked(qtbot):
+def test_diff_is_enabled_once_a_and_b_are_picked_or_two_rows_are_selected(qtbot):
     state = AppState()
     history = HistoryPanel(state)
     qtbot.addWidget(history)
@@ -223,8 +223,30 @@ def test_diff_a_and_b_is_enabled_only_once_both_are_picked(qtbot):
     history.pick(b)
     history.pick_as("B")
     assert state.ab == {"A": a, "B": b} and history.diff_button.isEnabled()
-    with qtbot.waitSignal(history.diff_requested, timeout=1000):
+    with qtbot.waitSignal(history.diff_requested, timeout=1000) as blocker:
         history.diff_button.click()
+    assert blocker.args == [a, b]
+
+
+def test_two_selected_rows_are_diffed_without_an_a_b_pick_upper_one_as_a(qtbot):
+    """Any two runs with reports can be diffed (other videos, other trackers): the A/B pick's same-video rule is the
+    track overlay's. Two selected rows win over A and B."""
+    from PySide6.QtCore import QItemSelectionModel
+
+    state = AppState()
+    history = HistoryPanel(state)
+    qtbot.addWidget(history)
+    a, _, c = _report_entry(state, "fp32"), _report_entry(state, "bf16"), _report_entry(state, "fp32")
+    selection = history.table.selectionModel()
+    for entry_id in (c, a):  # selected bottom row first: A is still the upper one
+        index = history.model.index(history.model.row_of(entry_id), 0)
+        selection.select(index, QItemSelectionModel.SelectionFlag.Select | QItemSelectionModel.SelectionFlag.Rows)
+    assert history.diff_button.isEnabled() and history.picked_pair() == (a, c)
+    with qtbot.waitSignal(history.diff_requested, timeout=1000) as blocker:
+        history.diff_button.click()
+    assert blocker.args == [a, c]
+    history.table.clearSelection()
+    assert not history.diff_button.isEnabled()  # one row or none, and no A/B pick: nothing to diff
 
 
 def test_the_controller_diffs_a_and_b_reports_in_a_worker(qtbot, monkeypatch):

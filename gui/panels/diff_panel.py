@@ -34,8 +34,8 @@ from gui.widgets.tables import row_table
 from gui.widgets.text import esc, plain_label, plain_tip, rich_label
 from gui.widgets.waterfall import WaterfallChart
 
-EMPTY_TEXT = ("No diff yet. Pick A and B in the Runs list and choose Diff A and B, or open two reports with "
-              "Compare > Diff two reports…")
+EMPTY_TEXT = ("No diff yet. Select two runs in the Runs list (Ctrl-click; the upper one is A) or pick A and B, "
+              "and choose Diff; or open two reports with Compare > Diff two reports…")
 BUSY_TEXT = "computing the diff of {} and {}…"
 NO_STEPS = "no waterfall: the diff has no split of the total into steps"
 NO_EVIDENCE = "select a row to see its evidence"
