@@ -254,6 +254,58 @@ def test_the_oversubscription_probe_times_one_op_at_both_thread_counts_and_puts_
     assert probe_penalty_ms({}) is None and probe_penalty_ms({PROBE_MS: "x", PROBE_FAIR_MS: "1"}) is None
 
 
+def _with_ab(s, over_ms: float, fair_ms: float):
+    settings = {**s.evidence.settings, "thread_ab_ms": str(over_ms), "thread_ab_fair_ms": str(fair_ms),
+                "thread_ab_runs": "3"}
+    return dataclasses.replace(s, evidence=dataclasses.replace(s.evidence, settings=settings))
+
+
+def test_a_measured_run_at_the_core_count_is_what_is_at_stake_over_the_probes_guess():
+    """The capture's A/B (the tracker run again at the core count) is the fix's measured gain: it wins over a
+    stand-in probe that under-reads the user's ops (as on the H200: 0.055 ms per op against their own 0.19)."""
+    s = _with_ab(_oversubscribed_gpu(probe=(0.23, 0.175)), over_ms=26.0, fair_ms=8.0)  # probe: 100 x 0.055 = 5.5
+    found = findings(s)
+    top = found[0]
+    assert top["rule"] == "thread_oversubscription" and top["evidence"]["measured"]
+    assert top["evidence"]["share"] == pytest.approx(18.0 / 26.0, abs=1e-4) and top["severity"] == "critical"
+    assert "26.0 ms, 8.0 ms at 16 threads (medians of 3 each" in top["title"] and top["call_site"] == SITE
+    assert "cpu_ops_in_gpu_run" not in by_rule(found)  # most of the ops' time was the threads': folded in
+    # the fair count saved nothing: no finding, whatever the probe guessed
+    assert "thread_oversubscription" not in by_rule(findings(_with_ab(_oversubscribed_gpu(probe=(5.0, 0.0)),
+                                                                      over_ms=26.0, fair_ms=26.3)))
+
+
+def test_the_ab_runs_the_tracker_at_both_counts_in_its_own_thread_holds_its_own_setting_and_puts_all_back():
+    """The A/B sets the count in this thread and in the plugin's worker, holds a tracker's own
+    torch.set_num_threads at the core count during the fair runs, alternates, and restores every thread."""
+    import torch
+
+    from engine.capture.threads import AB_FAIR_MS, AB_MS, ab_saving_ms, oversubscription_ab
+    from engine.trackers.guard import call_plugin
+
+    before = torch.get_num_threads()
+    seen: list[tuple[int, int]] = []
+
+    def run_ms() -> float:
+        def plugin_code() -> int:
+            torch.set_num_threads(4)  # a tracker that sets its own count in every call
+            return torch.get_num_threads()
+
+        in_worker = call_plugin("ab test", "a test run", plugin_code)
+        seen.append((torch.get_num_threads(), in_worker))
+        return 10.0 if in_worker == 4 else 4.0
+
+    call_plugin("ab test", "start its worker", lambda: None)
+    assert oversubscription_ab(run_ms, 4, 4) == {}  # not oversubscribed: nothing run
+    result = oversubscription_ab(run_ms, threads=4, cores=1, repeats=2)
+    assert seen == [(1, 1), (4, 4)] * 3  # fair, then the run's count, each way's first untimed
+    assert float(result[AB_MS]) == 10.0 and float(result[AB_FAIR_MS]) == 4.0
+    assert ab_saving_ms(result) == (6.0, 10.0, 4.0) and ab_saving_ms({}) is None
+    assert torch.get_num_threads() == before
+    assert call_plugin("ab test", "after", torch.get_num_threads) == 4  # the worker as the tracker left it
+    torch.set_num_threads(before)
+
+
 def test_a_clean_run_with_every_kind_of_evidence_at_quiet_levels_stays_info():
     quiet = planted(clean_gpu(), memory=memory(), compile=CompileFacts(regions=1, region_calls=10),
                     host=HostFacts(python_ms=0.05, python_site=SITE, num_threads=16, cores=16),

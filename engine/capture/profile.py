@@ -282,6 +282,18 @@ def _probe_threads(settings: dict[str, str]) -> dict[str, str]:
         return {}
 
 
+def _ab_threads(settings: dict[str, str], run_ms: Callable[[], float]) -> dict[str, str]:
+    """Where the run had more intra-op threads than cores: the tracker's own runs at the core count against the
+    run's count (engine.capture.threads.oversubscription_ab); nothing if a run fails."""
+    from engine.capture.threads import oversubscription_ab
+
+    try:
+        return oversubscription_ab(run_ms, int(settings.get("num_threads", "0")), int(settings.get("cores", "0")))
+    except Exception as exc:  # noqa: BLE001 - the A/B is extra evidence: a failing run leaves the probe's reading
+        log.warning("thread oversubscription A/B skipped: %s: %s", type(exc).__name__, exc)
+        return {}
+
+
 def _counter_deltas(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> dict[str, str]:
     """dynamo counters that moved during the captured run (``dynamo.<group>.<name>``), and the totals so far."""
     out: dict[str, str] = {}
@@ -485,6 +497,7 @@ def capture_run(
         return result
     assert result.trace is not None
     result.settings.update(_probe_threads(result.settings))
+    result.settings.update(_ab_threads(result.settings, lambda: _timed(run_once, device)))
     if use_cuda and not result.trace.kernels and not result.trace.runtime:
         result.error = ("the capture recorded no CUDA activity (CUPTI unavailable or blocked?): "
                         "only CPU-side data is shown")

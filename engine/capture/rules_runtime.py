@@ -24,7 +24,7 @@ from engine.capture.finding import (
 )
 from engine.capture.rules_sync import SYNC_COST_MS
 from engine.capture.summary import ADAPTER_STAGES, CaptureSummary
-from engine.capture.threads import PROBE_FAIR_MS, PROBE_MS, probe_penalty_ms
+from engine.capture.threads import AB_RUNS, PROBE_FAIR_MS, PROBE_MS, ab_saving_ms, probe_penalty_ms
 
 #: cudaFree synchronises the device: at least a sync's cost on top of its own host time
 FREE_SYNC_MS = SYNC_COST_MS
@@ -260,16 +260,36 @@ def cpu_ops_in_gpu_run(s: CaptureSummary, ctx: Context) -> list[Finding]:
 def thread_oversubscription(s: CaptureSummary, ctx: Context) -> list[Finding]:
     """More torch intra-op threads than the cores this process may use, with CPU op time that matters.
 
-    GPU runs: each of the tracker's CPU ops (the top-level ones that launched no GPU work) loses the probe's
-    measured per-op penalty (``engine.capture.threads``; ``OVERSUBSCRIBED_OP_LOSS_MS`` where the capture has no
-    probe), at most its time and what the GPU waited meanwhile. CPU runs: a stated ``OVERSUBSCRIPTION_LOSS`` of
-    the tracker's time.
+    Measured where the capture ran the tracker again at the core count (``engine.capture.threads``'s A/B, GPU or
+    CPU): at stake is what the fair count saved the run. Otherwise, GPU runs: each of the tracker's CPU ops (the
+    top-level ones that launched no GPU work) loses the probe's measured per-op penalty
+    (``OVERSUBSCRIBED_OP_LOSS_MS`` where the capture has no probe), at most its time and what the GPU waited
+    meanwhile; CPU runs: a stated ``OVERSUBSCRIPTION_LOSS`` of the tracker's time.
     """
     h, idle = s.evidence.host, s.evidence.idle
     if not h.cores or h.num_threads <= h.cores or not s.wall_ms:
         return []
     probed = probe_penalty_ms(s.evidence.settings)
     per_op = probed if probed is not None else OVERSUBSCRIBED_OP_LOSS_MS
+    ab = ab_saving_ms(s.evidence.settings)
+    if ab is not None:
+        saved, over, fair = ab
+        cpu_ms = h.cpu_only_ms if s.has_gpu else tracker_wall_ms(s)
+        site = h.cpu_only_site if s.has_gpu else None
+        share = saved / over if over else 0.0  # of the unprofiled run it was measured on
+        if share < REPORT_SHARE:
+            return []
+        runs = s.evidence.settings.get(AB_RUNS, "")
+        return [finding("thread_oversubscription", share,
+                        f"{h.num_threads} torch threads on {h.cores} cores: the run took {over:.1f} ms, "
+                        f"{fair:.1f} ms at {h.cores} threads (medians of {runs} each; {cpu_ms:.1f} ms of CPU ops"
+                        + (f" in {h.cpu_only_ops} ops{at(site)}" if s.has_gpu else "") + ")",
+                        {"num_threads": h.num_threads, "interop_threads": h.interop_threads, "cores": h.cores,
+                         "cpu_ms": cpu_ms, "cpu_ops": h.cpu_only_ops if s.has_gpu else 0, "run_ms": over,
+                         "run_ms_at_cores": fair, "measured": True, "probed": probed is not None},
+                        f"torch.set_num_threads({h.cores}) (or OMP_NUM_THREADS={h.cores}); with several worker "
+                        "processes, divide the cores between them",
+                        typical_wall_ms=ctx["typical"], call_site=site)]
     if s.has_gpu:
         cpu_ms = h.cpu_only_ms
         waited = idle.host_wait_ms + idle.sync_ms

@@ -1,5 +1,16 @@
 """What oversubscribed intra-op threads cost on this machine, measured once after a capture that saw them.
 
+Two measurements, the second preferred where it exists:
+
+- ``oversubscription_ab``: the tracker itself, unprofiled, a few runs at the run's thread count and as many at
+  the core count, alternating (its own CPU ops, in the thread they run in: the plugin guard's worker as well as
+  this one; a ``torch.set_num_threads`` the tracker makes itself while the fair runs go on is held at the core
+  count). The medians' difference is what ``torch.set_num_threads(cores)`` saves the run. On the H200 machine the
+  stand-in op below read a third of the loss that the re-planted field plugin's own 116 CPU ops had (0.055 ms per
+  op in the bench process against 0.19 ms when those ops were timed alone): a stand-in is not the user's ops.
+- ``oversubscription_probe``: one stand-in parallel op timed at both counts (kept for captures without a
+  run to repeat).
+
 A capture whose run had more torch intra-op threads than the cores the process may use (``num_threads`` >
 ``cores`` in its settings) times one parallel CPU op at the run's thread count and at the core count, right
 after the profiled run and outside it (the op is not in the trace), and records both medians in the
@@ -24,6 +35,10 @@ PROBE_REPEATS = 9  # medians of this many timed calls (after one untimed)
 PROBE_MS = "thread_probe_ms"  # the probe op at the run's thread count, ms
 PROBE_FAIR_MS = "thread_probe_fair_ms"  # the same at the core count, ms
 PROBE_THREADS = "thread_probe_threads"
+AB_MS = "thread_ab_ms"  # the tracker's unprofiled run at the run's thread count (median), ms
+AB_FAIR_MS = "thread_ab_fair_ms"  # the same at the core count, ms
+AB_RUNS = "thread_ab_runs"  # timed runs each way
+AB_REPEATS = 3  # timed runs each way (after one untimed run each way)
 
 
 def _median_ms(fn, repeats: int) -> float:
@@ -66,3 +81,57 @@ def probe_penalty_ms(settings: dict[str, str]) -> float | None:
     except (KeyError, ValueError):
         return None
     return max(0.0, over - fair)
+
+
+def oversubscription_ab(run_ms, threads: int, cores: int, repeats: int = AB_REPEATS) -> dict[str, str]:
+    """The tracker's run at ``cores`` intra-op threads against ``threads``: ``run_ms()`` runs it once unprofiled and
+    returns its wall ms. Each way is set in this thread and in every plugin worker (engine.trackers.guard), and
+    while the fair runs go on ``torch.set_num_threads`` is held at ``cores`` (a tracker that sets its own count in
+    every call). The runs alternate, each way's first untimed. Everything is put back; nothing when ``threads``
+    does not exceed ``cores``."""
+    if cores <= 0 or threads <= cores:
+        return {}
+    import torch
+
+    from engine.trackers import guard
+
+    real = torch.set_num_threads
+    before = torch.get_num_threads()
+
+    def everywhere(n: int) -> None:
+        real(n)
+        guard.in_each_worker(lambda: real(n))
+
+    def capped(n: int) -> None:
+        real(max(1, min(int(n), cores)))
+
+    over: list[float] = []
+    fair: list[float] = []
+    try:
+        for i in range(repeats + 1):
+            torch.set_num_threads = capped  # type: ignore[assignment]
+            everywhere(cores)
+            ms = run_ms()
+            if i:
+                fair.append(ms)
+            torch.set_num_threads = real  # type: ignore[assignment]
+            everywhere(threads)
+            ms = run_ms()
+            if i:
+                over.append(ms)
+    finally:
+        torch.set_num_threads = real  # type: ignore[assignment]
+        everywhere(threads)
+        real(before)
+    return {AB_MS: f"{statistics.median(over):.4f}", AB_FAIR_MS: f"{statistics.median(fair):.4f}",
+            AB_RUNS: str(repeats), PROBE_THREADS: str(threads)}
+
+
+def ab_saving_ms(settings: dict[str, str]) -> tuple[float, float, float] | None:
+    """(ms saved per run at the core count, run ms at the run's count, at the core count) by the recorded A/B,
+    or None unrecorded."""
+    try:
+        over, fair = float(settings[AB_MS]), float(settings[AB_FAIR_MS])
+    except (KeyError, ValueError):
+        return None
+    return max(0.0, over - fair), over, fair

@@ -209,6 +209,19 @@ def _instrumented() -> bool:
                 or torch._C._len_torch_function_stack())
 
 
+def in_each_worker(fn: Callable[[], Any], timeout_s: float = 5.0) -> int:
+    """``fn()`` on every live, idle plugin worker (thread-local settings such as torch's intra-op thread count are
+    set per thread); how many ran it. Not plugin code: a worker that does not answer within ``timeout_s`` is left."""
+    with _workers_lock:
+        workers = [w for w in _workers.values() if w.thread.is_alive() and not w.busy]
+    calls = []
+    for worker in workers:
+        call = _Call(fn)
+        worker.submit(call)
+        calls.append(call)
+    return sum(1 for call in calls if call.finished.wait(timeout_s) and call.error is None)
+
+
 def abandoned_threads() -> list[threading.Thread]:
     """Worker threads of abandoned plugin calls that are still running."""
     with _abandoned_lock:
