@@ -7,6 +7,7 @@
 set -u
 export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 OUT=${OUT:?set OUT to the folder that comes back}
+mkdir -p "$OUT"  # tee opens its log before the first fleet run makes the folder
 T="python3 -m engine.cli"
 V=resources/sample.mp4
 # FLEET_SWEEP / FLEET_TRACKERS / FLEET_VIDEO override these for a quick run elsewhere (a CPU check of the script)
