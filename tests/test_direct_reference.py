@@ -55,12 +55,15 @@ def test_a_malformed_direct_reference_names_its_field():
         Report.from_dict(data)
 
 
-def test_the_table_shows_session_over_direct():
+def test_the_table_shows_session_over_direct_with_the_ms_between_them():
+    """The ratio, and the ms it stands for: a short tracker's large ratio is the session's fixed cost per run."""
     rows = [Row("lk fp32 p8 f16", "fp32", 8, 16, ms_median=102.0, direct_ms_median=100.0, vs_direct=1.02),
+            Row("tiny fp32 p8 f16", "fp32", 8, 16, ms_median=2.9, direct_ms_median=0.86, vs_direct=3.37),
             Row("lk bf16 p8 f16", "bf16", 8, 16, ms_median=50.0)]
-    header, _, with_direct, without = format_table(rows).splitlines()
-    column = header.split(" | ").index("vs direct")
-    assert with_direct.split(" | ")[column].strip() == "1.02x"
+    header, _, with_direct, short, without = format_table(rows).splitlines()
+    column = [c.strip() for c in header.split(" | ")].index("vs direct")
+    assert with_direct.split(" | ")[column].strip() == "1.02x +2.0 ms"
+    assert short.split(" | ")[column].strip() == "3.37x +2.0 ms"
     assert without.split(" | ")[column].strip() == "-"
 
 
@@ -130,9 +133,10 @@ def test_the_bench_cli_prints_and_writes_the_ratio(tmp_path, capsys):
                  "--out", str(out)])
     assert code == 0
     header, _, line = capsys.readouterr().out.splitlines()[:3]
-    column = header.split(" | ").index("vs direct")
+    column = [c.strip() for c in header.split(" | ")].index("vs direct")
     table = json.loads((out / "bench.json").read_text())["table"][0]
-    assert line.split(" | ")[column].strip() == f"{table['vs_direct']:.2f}x"
+    gap = table["ms_median"] - table["direct_ms_median"]
+    assert line.split(" | ")[column].strip() == f"{table['vs_direct']:.2f}x {gap:+.1f} ms"
     assert table["vs_direct"] == pytest.approx(table["ms_median"] / table["direct_ms_median"])
     report = load_bench(out / "bench.json").reports[0]
     assert report.direct is not None and report.direct.num_runs == 3

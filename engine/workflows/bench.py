@@ -495,9 +495,13 @@ def _mem(value: float | None, kind: str) -> str:
 TABLE_COLUMNS = ("config", "ms/run (p10-p90)", "frames/s", "speedup", "vs direct", "peak mem", "accuracy", "note")
 
 
-def vs_direct_text(ratio: float | None, empty: str = "-") -> str:
-    """A session/direct ratio as a cell: '1.02x'; ``empty`` when there is none."""
-    return empty if ratio is None else f"{ratio:.2f}x"
+def vs_direct_text(ratio: float | None, empty: str = "-", gap_ms: float | None = None) -> str:
+    """A session/direct ratio as a cell: '1.02x', with the session's ms over the direct call's when given
+    ('3.36x +2.0 ms': a short tracker's ratio is mostly the session's fixed cost per run, its upload, download and
+    loop); ``empty`` when there is none."""
+    if ratio is None:
+        return empty
+    return f"{ratio:.2f}x" + ("" if gap_ms is None else f" {gap_ms:+.1f} ms")
 
 
 def format_table(rows: list[Row]) -> str:
@@ -506,7 +510,9 @@ def format_table(rows: list[Row]) -> str:
     for r in rows:
         ms = "-" if r.ms_median is None else f"{ms_value(r.ms_median)} ({ms_value(r.ms_p10)}-{ms_value(r.ms_p90)})"
         speedup = "-" if r.speedup is None else f"{r.speedup:.2f}x"
-        cells.append([r.label, ms, _fmt(r.frames_per_s, ".1f"), speedup, vs_direct_text(r.vs_direct),
+        gap = (r.ms_median - r.direct_ms_median
+               if r.ms_median is not None and r.direct_ms_median is not None else None)
+        cells.append([r.label, ms, _fmt(r.frames_per_s, ".1f"), speedup, vs_direct_text(r.vs_direct, gap_ms=gap),
                       _mem(r.peak_memory_bytes, r.memory_kind),
                       r.accuracy or "-", r.note])
     widths = [max(len(row[i]) for row in cells) for i in range(len(TABLE_COLUMNS) - 1)]
