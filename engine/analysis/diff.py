@@ -15,7 +15,7 @@ from typing import Any
 from engine.analysis import diff_reasons as reasons
 from engine.analysis.diff_side import KINDS, Side, read_side
 from engine.analysis.diff_split import Explained, explain
-from engine.capture.gather import TOP_ROWS as EVIDENCE_ROWS
+from engine.capture.gather import TOP_FUNCTIONS
 from engine.capture.summary import TOP_MODULES
 from engine.core.errors import ReportError
 from engine.core.units import ms_value, ratio_value
@@ -284,7 +284,7 @@ def _full(rows: Mapping[str, Any], cap: int) -> int | None:
 
 def _full_functions(side: Side) -> int | None:
     assert side.capture is not None
-    return _full({str(i): f for i, f in enumerate(side.capture.evidence.functions)}, EVIDENCE_ROWS)
+    return _full({str(i): f for i, f in enumerate(side.capture.evidence.functions)}, TOP_FUNCTIONS)
 
 
 def _functions(side: Side) -> dict[str, dict[str, Any]]:

@@ -37,6 +37,7 @@ from engine.capture.sites import NO_SITE, Site, nest_parents
 from engine.capture.trace import CUDA_DEVICE_TYPE, CpuOp, RuntimeCall, Trace, frame_site
 
 TOP_ROWS = 12  # rows kept per kind of evidence
+TOP_FUNCTIONS = 80  # function rows kept (the capture tab's children of the module rows)
 #: trackscope's own stages around a tracker's call (its upload, download and decode)
 ADAPTER_STAGES = ("upload", "download", "decode")
 #: idle gaps shorter than this between GPU work are launch latency (HTA's "kernel wait"), us
@@ -502,7 +503,7 @@ def gather_functions(ctx: _Context, opaque: frozenset[str] = frozenset()) -> tup
                         int(v[5]), stage)
             for (stage, module, function, label, layer), v in acc.items()]
     rows.sort(key=lambda r: -(r.kernel_ms + r.wall_ms))
-    return tuple(rows[:80]), below_forward_us
+    return tuple(rows[:TOP_FUNCTIONS]), below_forward_us
 
 
 # -- memory -----------------------------------------------------------------------------------------------
