@@ -185,6 +185,9 @@ def test_a_new_capture_finding_is_named_with_its_call_site():
     assert "host_sync" in new
     assert new["host_sync"].call_site.startswith("tests/plugins/planted_capture.py:43")
     assert "new finding host_sync (critical) at tests/plugins/planted_capture.py:43" in result.summary()
+    # a deep run against a plain baseline: said, since the capture answers some telemetry guesses
+    assert any("the run has a deep capture and the baseline has not" in n for n in result.notes)
+    assert not any("deep capture" in n for n in gate(run, run).notes)
 
 
 def test_a_finding_is_placed_by_its_call_site_else_its_stage():

@@ -386,6 +386,11 @@ def gate(run: Report, baseline: Report, tolerances: GateTolerances | None = None
         notes.append("the baseline has no warm runs: its time is its cold run's")
     if run.totals.warm_ms_median is None and not run.warm_runs:
         notes.append("the run has no warm runs: its time is its cold run's")
+    if bool(run.capture) != bool(baseline.capture):
+        deep, plain = ("the baseline", "the run") if baseline.capture else ("the run", "the baseline")
+        notes.append(f"{deep} has a deep capture and {plain} has not: the capture answers some telemetry guesses "
+                     "(host_bound, launch_bound, untimed_work), so those may read as new or gone; gate like with "
+                     "like (both --deep or neither)")
     memory = _memory_check(run, baseline, tol)
     if memory is None:
         notes.append("memory not gated: the two reports hold no memory peak in common")
