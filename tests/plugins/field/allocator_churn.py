@@ -14,15 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tests.plugins.field.common import (
-    VISIBLE_SCORE,
-    BackboneTracker,
-    best_match,
-    correlate,
-    frames_to_float,
-    query_features,
-    seeded,
-)
+from tests.plugins.field.common import BackboneTracker, frames_to_float, seeded, track
 
 WINDOW_FRAMES = 8  # frames of history before a chunk that its running max sees
 CHUNK_FRAMES = 8  # frames per chunk
@@ -45,10 +37,7 @@ def windowed_max(corr: torch.Tensor) -> torch.Tensor:
 
 class AllocatorChurnTracker(BackboneTracker):
     def forward(self, frames: torch.Tensor, queries: torch.Tensor):
-        feats = self.backbone(frames_to_float(frames))
-        corr = windowed_max(correlate(query_features(feats, queries), feats))
-        tracks, score = best_match(corr, feats.shape[-1])
-        return tracks, score > VISIBLE_SCORE
+        return track(self.backbone(frames_to_float(frames)), queries, windowed_max)
 
 
 def make() -> nn.Module:

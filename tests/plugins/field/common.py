@@ -10,6 +10,8 @@ Nothing here is planted: each field module replaces one piece with its own probl
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -124,7 +126,13 @@ def refine_cells(mlp: nn.Module, feats: torch.Tensor) -> torch.Tensor:
     return out.reshape(t, h, w, c).permute(0, 3, 1, 2)
 
 
-def track(feats: torch.Tensor, queries: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The whole vectorised tracking step on features: -> tracks [N, T, 2] px, visible [N, T]."""
-    tracks, score = best_match(correlate(query_features(feats, queries), feats), feats.shape[-1])
-    return tracks, score > VISIBLE_SCORE
+def track(feats: torch.Tensor, queries: torch.Tensor,
+          transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+          visible_above: float = VISIBLE_SCORE) -> tuple[torch.Tensor, torch.Tensor]:
+    """The whole vectorised tracking step on features: -> tracks [N, T, 2] px, visible [N, T]; ``transform``
+    (a plugin's own step) runs on the correlation volume [N, T, h*w] before the best match."""
+    corr = correlate(query_features(feats, queries), feats)
+    if transform is not None:
+        corr = transform(corr)
+    tracks, score = best_match(corr, feats.shape[-1])
+    return tracks, score > visible_above

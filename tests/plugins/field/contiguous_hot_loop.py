@@ -5,15 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tests.plugins.field.common import (
-    VISIBLE_SCORE,
-    BackboneTracker,
-    best_match,
-    correlate,
-    frames_to_float,
-    query_features,
-    seeded,
-)
+from tests.plugins.field.common import BackboneTracker, frames_to_float, seeded, track
 
 ITERATIONS = 4  # smoothing passes
 
@@ -31,10 +23,7 @@ def smooth_over_time(corr: torch.Tensor) -> torch.Tensor:
 
 class ContiguousHotLoopTracker(BackboneTracker):
     def forward(self, frames: torch.Tensor, queries: torch.Tensor):
-        feats = self.backbone(frames_to_float(frames))
-        corr = smooth_over_time(correlate(query_features(feats, queries), feats))
-        tracks, score = best_match(corr, feats.shape[-1])
-        return tracks, score > VISIBLE_SCORE
+        return track(self.backbone(frames_to_float(frames)), queries, smooth_over_time)
 
 
 def make() -> nn.Module:

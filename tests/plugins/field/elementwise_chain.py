@@ -9,14 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tests.plugins.field.common import (
-    BackboneTracker,
-    best_match,
-    correlate,
-    frames_to_float,
-    query_features,
-    seeded,
-)
+from tests.plugins.field.common import BackboneTracker, frames_to_float, seeded, track
 
 SCALE = 4.0
 SHIFT = 0.5
@@ -43,10 +36,7 @@ def sharpen(corr: torch.Tensor) -> torch.Tensor:
 
 class ElementwiseChainTracker(BackboneTracker):
     def forward(self, frames: torch.Tensor, queries: torch.Tensor):
-        feats = self.backbone(frames_to_float(frames))
-        corr = sharpen(correlate(query_features(feats, queries), feats))
-        tracks, score = best_match(corr, feats.shape[-1])
-        return tracks, score > VISIBLE_SHARPNESS
+        return track(self.backbone(frames_to_float(frames)), queries, sharpen, visible_above=VISIBLE_SHARPNESS)
 
 
 def make() -> nn.Module:
