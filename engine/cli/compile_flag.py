@@ -19,7 +19,7 @@ def add_compile_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", choices=COMPILE_CHOICES, default=None,
                    help="CorrTrack through torch.compile (CUDA): off (default), on (compile before the first "
                         "batch), background (eager at once, compiled from the batch after the compile ends); "
-                        "compiled code is cached on disk, so a later start compiles in seconds")
+                        "Inductor's caches are kept on disk for a later start")
 
 
 def apply_compile_flag(args: argparse.Namespace) -> None:

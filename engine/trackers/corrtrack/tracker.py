@@ -10,10 +10,11 @@ environment sets TRACKSCOPE_NO_CUDA_GRAPHS=1; a capture that fails falls back to
 CUDA only: ``compile="on"`` (or True, or TRACKSCOPE_CORRTRACK_COMPILE=1) runs the backbone's features, each
 refinement iteration and the polish through torch.compile (inductor, static shapes): on the H200 the
 warm call took about half the time, but first runs took 16-62 s to compile, so it is off by default
-(cold start). ``compile="background"`` (TRACKSCOPE_CORRTRACK_COMPILE=background; the app's default) runs
-eagerly at once and compiles in a background thread (engine.trackers.compiled_switch), switching to the
-compiled functions from the batch after it is done; Inductor's caches persist in a keyed private folder
-(engine.trackers.compile_cache), so a later start compiles from them in seconds. A compile that fails
+(cold start). ``compile="background"`` (TRACKSCOPE_CORRTRACK_COMPILE=background; opt-in) runs eagerly at
+once and compiles in a background thread (engine.trackers.compiled_switch), switching to the compiled functions
+from the batch after it is done; Inductor's caches persist in a keyed private folder
+(engine.trackers.compile_cache) for a later start. On the H200 that second start did not reach compiled code
+within 60 s (session 18, scripts/compile_cache_h200.py): not yet what it is for. A compile that fails
 falls back to the uncompiled code for good. How the two threads stay off each other: ``_compile_job``.
 int8/fp8 (engine.trackers.quant): a quantised copy of the network, made once per mode and device, runs
 them; the float model is never touched, so fp32/tf32/fp16/bf16 run as before. Quantised: the backbone's
