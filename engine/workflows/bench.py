@@ -320,7 +320,7 @@ class Bench:
         Direct and session blocks are entered alike: a ``SAMPLER_SETTLE_S`` pause, then one untimed call (the
         session block after this one: the pause, in which the restarted sampler takes its first sample, and one
         untimed session run; ``run_config``). A pause before one side only is a bias of its own (the blocks
-        after a sleep start with clocks and caches cold): docs/records/session18/overhead_protocol.log.
+        after a sleep start cold): scripts/overhead_protocol.py, measured in docs/records/session18/call_a.log.
         """
         sampler = self.sampler if self.sampler is not None and self.sampler.running else None
         if sampler is not None:
