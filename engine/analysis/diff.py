@@ -259,6 +259,7 @@ def _module_rows(a: Side, b: Side) -> list[DiffRow]:
     assert a.capture is not None and b.capture is not None
     ma = {r.module: r for r in a.capture.modules}
     mb = {r.module: r for r in b.capture.modules}
+    kept = (_full(len(a.capture.modules), TOP_MODULES), _full(len(b.capture.modules), TOP_MODULES))
     names = set(ma) | set(mb)
     rows = []
     for name in _ordered(ma, mb):
@@ -273,18 +274,13 @@ def _module_rows(a: Side, b: Side) -> list[DiffRow]:
             evidence["b_wall_ms_profiled"] = rb.wall_ms
         rows.append(_row("module", name, ra.kernel_ms if ra else None, rb.kernel_ms if rb else None,
                          reasons.count_changes(ca, cb) if ra and rb else [], evidence, _parent_module(name, names),
-                         kept=(_full(ma, TOP_MODULES), _full(mb, TOP_MODULES))))
+                         kept=kept))
     return rows
 
 
-def _full(rows: Mapping[str, Any], cap: int) -> int | None:
-    """``cap`` when a capture's list of rows holds that many (rows below its cut were not recorded), else None."""
-    return cap if len(rows) >= cap else None
-
-
-def _full_functions(side: Side) -> int | None:
-    assert side.capture is not None
-    return _full({str(i): f for i, f in enumerate(side.capture.evidence.functions)}, TOP_FUNCTIONS)
+def _full(count: int, cap: int) -> int | None:
+    """``cap`` when a capture kept that many rows of a kind (rows below its cut were not recorded), else None."""
+    return cap if count >= cap else None
 
 
 def _functions(side: Side) -> dict[str, dict[str, Any]]:
@@ -301,7 +297,10 @@ def _functions(side: Side) -> dict[str, dict[str, Any]]:
 
 
 def _function_rows(a: Side, b: Side) -> list[DiffRow]:
+    assert a.capture is not None and b.capture is not None
     fa, fb = _functions(a), _functions(b)
+    kept = (_full(len(a.capture.evidence.functions), TOP_FUNCTIONS),
+            _full(len(b.capture.evidence.functions), TOP_FUNCTIONS))
     rows = []
     for name in _ordered(fa, fb):
         ea, eb = fa.get(name), fb.get(name)
@@ -312,8 +311,7 @@ def _function_rows(a: Side, b: Side) -> list[DiffRow]:
         evidence = {**{f"a_{k}": v for k, v in ca.items()}, **{f"b_{k}": v for k, v in cb.items()}}
         parent = (ea or eb or {}).get("module", "")
         rows.append(_row("function", name, ea["kernel_ms"] if ea else None, eb["kernel_ms"] if eb else None,
-                         reasons.count_changes(ca, cb) if ea and eb else [], evidence, parent,
-                         kept=(_full_functions(a), _full_functions(b))))
+                         reasons.count_changes(ca, cb) if ea and eb else [], evidence, parent, kept=kept))
     return rows
 
 
