@@ -242,14 +242,11 @@ class Bench:
         pairs = direct_blocks(repeat) if self.direct else 1
         direct_sizes = block_sizes(direct_runs(repeat), pairs) if self.direct else []
         for i, runs in enumerate(block_sizes(repeat, pairs)):
-            if i > 0 and caller is not None:  # after a direct block: entered as it was (Bench._direct_block)
+            entry = int(i > 0 and caller is not None)  # after a direct block: entered as it was (_direct_block)
+            if entry:
                 time.sleep(SAMPLER_SETTLE_S)
-                last = session_run(keep=False)
-                if isinstance(last, Failed):
-                    row.note = f"failed ({last.kind}): {last.message}"
-                    return row
-            for _ in range(runs):
-                last = session_run(keep=True)
+            for j in range(entry + runs):  # the entry's run untimed
+                last = session_run(keep=j >= entry)
                 if isinstance(last, Failed):
                     row.note = f"failed ({last.kind}): {last.message}"
                     return row
