@@ -28,6 +28,29 @@ def _builtin() -> dict[str, Callable[[], Tracker]]:
 
         return CorrTrackTracker()
 
+    def corrtrack_v1() -> Tracker:
+        """The v1 network (temporal convolutions; resources/corrtrack.safetensors), by its version's name."""
+        from engine.trackers.corrtrack import CorrTrackTracker
+        from engine.trackers.corrtrack import weights as W
+
+        tracker = CorrTrackTracker(weights=W.DEFAULT_WEIGHTS)
+        tracker.name = "corrtrack-v1"
+        return tracker
+
+    def corrtrack_v2() -> Tracker:
+        """The v2 network (temporal attention in the refinement; resources/corrtrack_v2.safetensors)."""
+        from engine.trackers.corrtrack import CorrTrackTracker
+        from engine.trackers.corrtrack import weights as W
+
+        if not W.V2_WEIGHTS.is_file():
+            raise TrackerError(f"corrtrack-v2: its weights {W.V2_WEIGHTS} are not installed (v2 is trained with "
+                               "scripts/device_train_v2.sh, see docs/corrtrack.md)",
+                               "use corrtrack (v1), or ship trained v2 weights with weights.ship(checkpoint, "
+                               "weights.V2_WEIGHTS)")
+        tracker = CorrTrackTracker(weights=W.V2_WEIGHTS)
+        tracker.name = "corrtrack-v2"
+        return tracker
+
     def corrtrack_nopolish() -> Tracker:
         """CorrTrack without its NCC sub-pixel polish: faster, less precise (an A/B and bench pairing)."""
         from engine.trackers.corrtrack import CorrTrackTracker
@@ -36,7 +59,8 @@ def _builtin() -> dict[str, Callable[[], Tracker]]:
         tracker.name = "corrtrack-nopolish"
         return tracker
 
-    return {"corrtrack": corrtrack, "corrtrack-nopolish": corrtrack_nopolish, "lk": lk}
+    return {"corrtrack": corrtrack, "corrtrack-v1": corrtrack_v1, "corrtrack-v2": corrtrack_v2,
+            "corrtrack-nopolish": corrtrack_nopolish, "lk": lk}
 
 
 def available_trackers() -> list[str]:

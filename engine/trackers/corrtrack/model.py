@@ -14,7 +14,11 @@ resolution (MODEL_SIZE x MODEL_SIZE pixels; (0, 0) the centre of the top-left pi
 5. ``refine``: NUM_ITERS iterations; each gathers 7x7 correlation windows at the three levels around the
    current estimate (one integer-patch gather and a shared bilinear weight, no grid_sample, so it keeps
    the autocast dtype) and mixes them along time per track (dilated depthwise temporal convolutions and
-   MLPs), updating position, visibility logit and accuracy logit ("error < ACCURACY_PX").
+   MLPs), updating position, visibility logit and accuracy logit ("error < ACCURACY_PX"). From v2
+   (``attention_layers`` > 0) each iteration then runs temporal self-attention over all T frames of each
+   track (TemporalAttention), so frames whose local correlation is ambiguous borrow from the track's
+   confident frames far away in time; its output projection starts at zero, so v1 weights in a v2 net
+   compute exactly v1's outputs.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ STEP_SCALE = 4.0  # a unit output of the update head moves the point this many p
 ACCURACY_PX = 8.0  # the accuracy logit predicts "position error < ACCURACY_PX" (TAPIR's uncertainty)
 PIXEL_MEAN = 0.5  # frames are scaled to [0, 1], then (x - mean) / std
 PIXEL_STD = 0.25
+#: initial per-head ALiBi slopes of the temporal attention (bias -slope * |frame distance|): from global to local
+ATTENTION_INIT_SLOPES = (0.0, 1.0 / 16, 1.0 / 4, 1.0)
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,18 @@ class CorrTrackConfig:
     hidden_dim: int = 128
     mixer_dilations: tuple[int, ...] = (1, 2, 4, 8)
     num_iters: int = 4
+    attention_layers: int = 0  # v2: temporal self-attention layers per refinement iteration (0 = v1)
+    attention_heads: int = 4
+
+    def __post_init__(self) -> None:
+        if self.attention_layers < 0 or self.attention_heads < 1 or self.hidden_dim % self.attention_heads:
+            raise ValueError(f"attention_layers must be >= 0 and attention_heads >= 1 dividing hidden_dim "
+                             f"{self.hidden_dim}; got {self.attention_layers} layers, {self.attention_heads} heads")
+
+    @property
+    def version(self) -> str:
+        """"v1" (temporal convolutions only) or "v2" (with temporal attention)."""
+        return "v2" if self.attention_layers > 0 else "v1"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -64,6 +82,8 @@ class CorrTrackConfig:
             hidden_dim=int(data["hidden_dim"]),
             mixer_dilations=tuple(int(d) for d in data["mixer_dilations"]),
             num_iters=int(data["num_iters"]),
+            attention_layers=int(data.get("attention_layers", 0)),  # v1 manifests lack the v2 fields
+            attention_heads=int(data.get("attention_heads", 4)),
         )
 
 
@@ -132,6 +152,46 @@ class TemporalBlock(nn.Module):
         return x + self.fc2(F.gelu(self.fc1(y)))
 
 
+class TemporalAttention(nn.Module):
+    """x + proj(MHSA(LayerNorm(x))) over the T frames of each track, on [M, T, D].
+
+    The attention logits get two additive biases, so the layer knows time and trust without a positional
+    table tied to a clip length: per head ``-slope * |t_query_frame - t_key_frame|`` (ALiBi, learned
+    slopes, any T) and per head ``w_vis * log sigmoid(vis) + w_acc * log sigmoid(acc)`` of the key frame
+    (a soft key mask: frames predicted occluded or inaccurate are attended to less; never -inf, so no row
+    is empty). ``proj`` starts at zero: a new layer leaves the hidden state exactly as it was. Fixed shapes,
+    no host syncs (CUDA-graph safe); F.scaled_dot_product_attention keeps the autocast dtype.
+    """
+
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.norm = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        nn.init.zeros_(self.proj.weight)
+        nn.init.zeros_(self.proj.bias)
+        slopes = [ATTENTION_INIT_SLOPES[h % len(ATTENTION_INIT_SLOPES)] for h in range(heads)]
+        self.slopes = nn.Parameter(torch.tensor(slopes))  # [H]
+        self.key_weights = nn.Parameter(torch.ones(2, heads))  # (visible, accurate) x [H]
+
+    def forward(self, x: torch.Tensor, key_logits: torch.Tensor) -> torch.Tensor:
+        """x [M, T, D]; key_logits [M, T, 2] (visibility and accuracy logits per frame) -> [M, T, D]."""
+        m, t, d = x.shape
+        h = self.heads
+        qkv = self.qkv(self.norm(x)).view(m, t, 3, h, d // h).permute(2, 0, 3, 1, 4)  # [3, M, H, T, Dh]
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        frames = torch.arange(t, device=x.device, dtype=torch.float32)
+        distance = (frames.view(t, 1) - frames.view(1, t)).abs()  # [T, T]
+        time_bias = -self.slopes.float().abs().view(h, 1, 1) * distance  # [H, T, T]
+        logp = F.logsigmoid(key_logits.float())  # [M, T, 2] log P(visible), log P(accurate)
+        weights = self.key_weights.float()
+        trust = logp[..., 0:1] * weights[0] + logp[..., 1:2] * weights[1]  # [M, T, H] (elementwise: no autocast cast)
+        mask = (time_bias.unsqueeze(0) + trust.transpose(1, 2).unsqueeze(2)).to(q.dtype)  # [M, H, T, T]
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [M, H, T, Dh]
+        return x + self.proj(y.transpose(1, 2).reshape(m, t, d))
+
+
 def sample_points(feats: torch.Tensor, size: int, frame: torch.Tensor, xy: torch.Tensor) -> torch.Tensor:
     """Bilinear samples of channels-last maps, zero outside.
 
@@ -197,6 +257,8 @@ class CorrTrackNet(nn.Module):
         self.corr_in = nn.Linear(win * len(POOL_FACTORS) + 6, d)
         self.query_in = nn.Linear(c, d)
         self.blocks = nn.ModuleList(TemporalBlock(d, dil) for dil in self.cfg.mixer_dilations)
+        self.attention = nn.ModuleList(TemporalAttention(d, self.cfg.attention_heads)
+                                       for _ in range(self.cfg.attention_layers))
         self.out_norm = nn.LayerNorm(d)
         self.update = nn.Linear(d, 4)  # (dx, dy, d visible logit, d accurate logit)
         nn.init.zeros_(self.update.weight)
@@ -289,6 +351,10 @@ class CorrTrackNet(nn.Module):
         hidden = hidden + self.corr_in(x).view(b * n, t, -1)
         for block in self.blocks:
             hidden = block(hidden)
+        if len(self.attention):
+            key_logits = torch.stack([vis.detach(), acc.detach()], dim=-1).view(b * n, t, 2)
+            for layer in self.attention:
+                hidden = layer(hidden, key_logits)
         delta = self.update(self.out_norm(hidden)).float().view(b, n, t, 4)
         pos = pos.detach() + delta[..., :2] * STEP_SCALE
         return hidden, pos, vis + delta[..., 2], acc + delta[..., 3]

@@ -151,6 +151,7 @@ class CorrTrackTracker(Tracker):
             "parameters": count_parameters(self.model),
             "model_size": MODEL_SIZE,
             "config": self.model.cfg.to_dict(),
+            "model_version": self.model.cfg.version,
             "weights": str(self.weights_path) if self.weights_path else None,
             "cuda_graphs": self.cuda_graphs and not self.graph_error,
             "polish": self.polish,

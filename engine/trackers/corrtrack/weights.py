@@ -18,7 +18,8 @@ from engine.core.errors import TrackerError
 from engine.core.paths import RESOURCES
 from engine.trackers.corrtrack.model import CorrTrackConfig, CorrTrackNet, count_parameters
 
-DEFAULT_WEIGHTS = RESOURCES / "corrtrack.safetensors"
+DEFAULT_WEIGHTS = RESOURCES / "corrtrack.safetensors"  # v1: what `corrtrack` and `corrtrack-v1` load
+V2_WEIGHTS = RESOURCES / "corrtrack_v2.safetensors"  # v2 (temporal attention): `corrtrack-v2`, once trained
 MANIFEST_FORMAT = "trackscope-corrtrack-weights"
 MANIFEST_VERSION = 1
 HASH_CHUNK_BYTES = 1 << 20
@@ -55,13 +56,11 @@ def read_manifest(path: Path) -> dict[str, Any]:
     return data
 
 
-def load_model(weights: Path | str | None = None, device: torch.device | str = "cpu"
-               ) -> tuple[CorrTrackNet, dict[str, Any]]:
-    """Build the network from a manifest and load its checked weights -> (model in eval mode, manifest)."""
+def _checked_state(path: Path) -> tuple[dict[str, Any], CorrTrackConfig, dict[str, torch.Tensor]]:
+    """(manifest, config, tensors) of a weights file whose sha256 matches its manifest; TrackerError otherwise."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    path = Path(weights) if weights is not None else DEFAULT_WEIGHTS
     if not path.is_file():
         raise TrackerError(f"CorrTrack weights {path} are missing", RETRAIN_HINT)
     manifest = read_manifest(manifest_path(path))
@@ -78,14 +77,53 @@ def load_model(weights: Path | str | None = None, device: torch.device | str = "
         state = load_file(str(path), device="cpu")
     except (SafetensorError, OSError, ValueError) as exc:
         raise TrackerError(f"CorrTrack weights {path} cannot be read as safetensors: {exc}", RETRAIN_HINT) from exc
+    check_finite(state, path)
+    return manifest, cfg, state
+
+
+def load_model(weights: Path | str | None = None, device: torch.device | str = "cpu"
+               ) -> tuple[CorrTrackNet, dict[str, Any]]:
+    """Build the network from a manifest and load its checked weights -> (model in eval mode, manifest)."""
+    path = Path(weights) if weights is not None else DEFAULT_WEIGHTS
+    manifest, cfg, state = _checked_state(path)
     model = CorrTrackNet(cfg)
     check_state(model, state, path)
-    check_finite(state, path)
     model.load_state_dict(state)
     if count_parameters(model) != int(manifest["parameters"]):
         raise TrackerError(f"CorrTrack weights {path}: {count_parameters(model)} parameters, manifest says "
                            f"{manifest['parameters']}", RETRAIN_HINT)
     return model.to(device).eval(), manifest
+
+
+#: parameter-name prefixes a v2 net has beyond v1 (new layers, initialised so they change nothing)
+V2_ONLY_PREFIXES = ("attention.",)
+
+
+def warm_start(weights: Path | str, attention_layers: int, attention_heads: int | None = None,
+               device: torch.device | str = "cpu") -> tuple[CorrTrackNet, dict[str, Any]]:
+    """A net with ``attention_layers`` temporal attention layers holding every tensor of ``weights`` (checked
+    as load_model checks them): strict on all of the file's names; only the new attention parameters may be
+    absent from it (they start as built, their output projection at zero). -> (model in train mode, manifest)."""
+    import dataclasses
+
+    path = Path(weights)
+    manifest, cfg, state = _checked_state(path)
+    heads = cfg.attention_heads if attention_heads is None else attention_heads
+    try:
+        new_cfg = dataclasses.replace(cfg, attention_layers=max(cfg.attention_layers, attention_layers),
+                                      attention_heads=heads)
+    except ValueError as exc:
+        raise TrackerError(f"cannot warm-start from {path}: {exc}") from exc
+    if cfg.attention_layers and heads != cfg.attention_heads:
+        raise TrackerError(f"cannot warm-start from {path}: its attention has {cfg.attention_heads} heads, "
+                           f"{heads} asked")
+    model = CorrTrackNet(new_cfg)
+    expected = model.state_dict()
+    absent = {name for name in expected if name not in state}
+    check_state(model, {**state, **{name: expected[name] for name in absent
+                                    if name.startswith(V2_ONLY_PREFIXES)}}, path)
+    model.load_state_dict(state, strict=False)
+    return model.to(device).train(), manifest
 
 
 def check_state(model: CorrTrackNet, state: dict[str, torch.Tensor], path: Path | str) -> None:
