@@ -240,3 +240,59 @@ def test_transpose_view_needs_square_frames(bank):
     batch_view(b, 1)
     with pytest.raises(ValueError, match="square"):
         batch_view(b, TRANSPOSE)
+
+
+def _gradient_energy(video: torch.Tensor) -> float:
+    lum = video.float().mean(-1)
+    return float((lum[..., 1:] - lum[..., :-1]).abs().mean() + (lum[..., 1:, :] - lum[..., :-1, :]).abs().mean())
+
+
+def test_texture_poor_knob_flattens_surfaces_and_is_off_by_default(bank):
+    from engine.training.synthetic.textures import texture_detail
+
+    assert float(texture_detail(bank.poor_images()).max()) < 0.5 * float(texture_detail(bank.images).min())
+    assert torch.equal(bank.poor_images(), TextureBank.build("cpu", size=128, photos=False, procedural=6,
+                                                             seed=3).poor_images())  # seeded
+    plain = SynthConfig(num_frames=4, height=48, width=64, num_points=16, num_sprites=(0, 0), photometric=False)
+    poor = SynthConfig(**{**plain.__dict__, "texture_poor_share": 1.0})
+    rich = generate_batch(4, plain, bank, _gen(3), "cpu")
+    flat = generate_batch(4, poor, bank, _gen(3), "cpu")
+    assert _gradient_energy(flat.video) < 0.3 * _gradient_energy(rich.video)
+    assert _agreement(flat.video, flat.tracks, flat.visible, flat.queries) > 0.95  # ground truth still exact
+    scene = sample_scene(64, SynthConfig(texture_poor_share=0.5, texture_poor_sprite_share=0.25), len(bank),
+                         bank.size, _gen(1))
+    assert scene.poor_index is not None
+    assert 0.3 < float((scene.poor_index[:, 0] >= 0).float().mean()) < 0.7
+    assert 0.1 < float((scene.poor_index[:, 1:] >= 0).float().mean()) < 0.4
+    assert sample_scene(2, SynthConfig(), len(bank), bank.size, _gen(1)).poor_index is None
+    with pytest.raises(ValueError):
+        SynthConfig(texture_poor_share=1.5)
+
+
+def test_motion_blur_changes_only_moving_parts_and_never_the_ground_truth(bank):
+    from engine.training.synthetic.render import _all_alphas
+
+    still = SynthConfig(num_frames=6, height=48, width=64, num_points=32, photometric=False, camera_motion=0.0,
+                        sprite_motion=0.0, num_sprites=(2, 3))
+    blurred = SynthConfig(**{**still.__dict__, "motion_blur_prob": 1.0})
+    a, b = generate_batch(2, still, bank, _gen(5), "cpu"), generate_batch(2, blurred, bank, _gen(5), "cpu")
+    assert torch.equal(a.video, b.video)  # nothing moves: nothing blurs
+    moving = SynthConfig(**{**still.__dict__, "sprite_motion": 0.3})
+    sharp = generate_batch(2, moving, bank, _gen(6), "cpu")
+    blur = generate_batch(2, SynthConfig(**{**moving.__dict__, "motion_blur_prob": 1.0}), bank, _gen(6), "cpu")
+    for name in ("tracks", "visible", "queries"):
+        assert torch.equal(getattr(sharp, name), getattr(blur, name)), name
+    changed = (sharp.video.int() - blur.video.int()).abs().amax(-1) > 0  # [B, T, H, W]
+    assert changed.any()
+    # the camera is still, so only pixels a sprite covers around that frame may change
+    gen = _gen(6)
+    scene = sample_scene(2, moving, len(bank), bank.size, gen)
+    ys, xs = torch.meshgrid(torch.arange(48.0), torch.arange(64.0), indexing="ij")
+    pix = torch.stack([xs, ys], -1).reshape(1, -1, 2).expand(2, -1, -1)
+    for t in range(moving.num_frames):
+        near = torch.zeros(2, 48 * 64, dtype=torch.bool)
+        for u in (max(t - 1, 0), t, min(t + 1, moving.num_frames - 1)):
+            alpha = _all_alphas(scene, pix, torch.full((2, 48 * 64), u), moving.edge_px)[..., 1:]
+            near |= alpha.amax(-1) > 1e-4
+        near = torch.nn.functional.max_pool2d(near.view(2, 1, 48, 64).float(), 3, 1, 1).bool().view(2, 48, 64)
+        assert not (changed[:, t] & ~near).any(), t

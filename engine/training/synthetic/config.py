@@ -31,6 +31,10 @@ class SynthConfig:
     query_first_frame_only: bool = False
     query_first_frame_share: float = 0.3  # share of queries on frame 0 when not first-frame-only
     edge_px: float = 0.6  # width of the soft sprite edge, pixels
+    texture_poor_share: float = 0.0  # share of backgrounds with a texture-poor surface (sky-like; v2 training)
+    texture_poor_sprite_share: float = 0.0  # share of sprites with one
+    motion_blur_prob: float = 0.0  # share of videos rendered with motion blur (exposure over sub-frames)
+    motion_blur_exposure: tuple[float, float] = (0.4, 1.0)  # exposure as a share of the frame interval
 
     def __post_init__(self) -> None:
         if self.num_frames < 1 or self.height < 2 or self.width < 2 or self.num_points < 1:
@@ -39,8 +43,15 @@ class SynthConfig:
         lo, hi = self.num_sprites
         if not 0 <= lo <= hi:
             raise ValueError(f"num_sprites must be (lo, hi) with 0 <= lo <= hi, got {self.num_sprites}")
-        if not 0.0 <= self.query_first_frame_share <= 1.0 or not 0.0 <= self.blur_prob <= 1.0:
-            raise ValueError("query_first_frame_share and blur_prob must lie in [0, 1]")
+        shares = (self.query_first_frame_share, self.blur_prob, self.texture_poor_share,
+                  self.texture_poor_sprite_share, self.motion_blur_prob)
+        if not all(0.0 <= share <= 1.0 for share in shares):
+            raise ValueError("query_first_frame_share, blur_prob, texture_poor_share, texture_poor_sprite_share and "
+                             "motion_blur_prob must lie in [0, 1]")
+        lo_e, hi_e = self.motion_blur_exposure
+        if not 0.0 <= lo_e <= hi_e <= 2.0:
+            raise ValueError(f"motion_blur_exposure must be (lo, hi) with 0 <= lo <= hi <= 2, got "
+                             f"{self.motion_blur_exposure}")
 
 
 @dataclass

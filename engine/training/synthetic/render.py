@@ -20,6 +20,7 @@ QUERY_MIN_ALPHA = 0.95  # a query's own surface covers it at least this much
 QUERY_MAX_COVER = 0.05  # and surfaces above it cover it at most this much
 OCCLUDED_COVER = 0.5  # a point is occluded where surfaces above cover it more than this
 BLUR_RADIUS = 4  # Gaussian blur kernel half-width, pixels
+MOTION_BLUR_SAMPLES = 5  # sub-frames averaged over a motion-blurred frame's exposure (odd: the middle one is the frame)
 
 
 def _apply(mat: torch.Tensor, pts: torch.Tensor) -> torch.Tensor:
@@ -52,7 +53,16 @@ def _sprite_alpha(scene: Scene, layer: int, local: torch.Tensor, size_px: torch.
 
 
 def render(scene: Scene, textures: TextureBank, cfg: SynthConfig, gen: torch.Generator) -> torch.Tensor:
-    """The videos of ``scene``: uint8 [B, T, H, W, 3]."""
+    """The videos of ``scene``: uint8 [B, T, H, W, 3]. With ``cfg.motion_blur_prob`` a share of the videos is
+    motion-blurred (``_motion_blur``); its random draws come after everything the ground truth depends on."""
+    frame = _composite(scene, textures, cfg)
+    if cfg.motion_blur_prob > 0:
+        frame = _motion_blur(frame, scene, textures, cfg, gen)
+    return _photometric(frame, scene, gen)
+
+
+def _composite(scene: Scene, textures: TextureBank, cfg: SynthConfig) -> torch.Tensor:
+    """Every surface sampled through its per-frame matrices and composited back to front: float [B, 3, T, H, W]."""
     dev = scene.local_from_image.device
     B, L, T = scene.local_from_image.shape[:3]
     H, W, S = cfg.height, cfg.width, textures.size
@@ -66,6 +76,9 @@ def render(scene: Scene, textures: TextureBank, cfg: SynthConfig, gen: torch.Gen
         texel = _apply_grid(scene.texel_from_image[:, layer], pix)  # [B, T, HW, 2]
         grid = (texel * (2.0 / (S - 1)) - 1.0).reshape(B, T * H, W, 2)
         tex = textures.images[scene.tex_index[:, layer]]  # [B, 3, S, S]
+        if scene.poor_index is not None:
+            poor = scene.poor_index[:, layer]
+            tex = torch.where((poor >= 0).view(B, 1, 1, 1), textures.poor_images()[poor.clamp(min=0)], tex)
         colour = F.grid_sample(tex, grid, mode="bilinear", padding_mode="reflection", align_corners=True)
         colour = colour.reshape(B, 3, T, H, W) * scene.layer_gain[:, layer].view(B, 1, T, 1, 1)
         if frame is None:
@@ -76,7 +89,72 @@ def render(scene: Scene, textures: TextureBank, cfg: SynthConfig, gen: torch.Gen
         alpha = _sprite_alpha(scene, layer, local, size, cfg.edge_px)  # [B, T, HW]
         frame = frame + alpha.reshape(B, 1, T, H, W) * (colour - frame)
     assert frame is not None
-    return _photometric(frame, scene, gen)
+    return frame
+
+
+def _motion_blur(frame: torch.Tensor, scene: Scene, textures: TextureBank, cfg: SynthConfig,
+                 gen: torch.Generator) -> torch.Tensor:
+    """Average each chosen video's frames over an exposure centred on the frame's instant.
+
+    The exposure (a share of the frame interval, per video) is sampled at MOTION_BLUR_SAMPLES instants; at
+    instant t + s every per-frame matrix, sprite size and surface gain is interpolated linearly towards the
+    neighbouring frame (extrapolated at the clip's ends), so each pixel is smeared along its own surface's
+    motion and occlusion edges are right. The middle sample is the frame itself, and the average is taken as
+    frame + mean(sub-frame - frame): where nothing moves the frame stays bit for bit as it was. The ground
+    truth (the frame's instant) is untouched. float [B, 3, T, H, W] in and out.
+    """
+    B = frame.shape[0]
+    chosen = torch.rand(B, generator=gen, device=gen.device) < cfg.motion_blur_prob
+    lo, hi = cfg.motion_blur_exposure
+    exposure = lo + (hi - lo) * torch.rand(B, generator=gen, device=gen.device)
+    idx = torch.nonzero(chosen.to(frame.device)).flatten()
+    if idx.numel() == 0:
+        return frame
+    sub = _subset(scene, idx)
+    e = exposure.to(frame.device)[idx]
+    sharp = frame[idx]
+    total = torch.zeros_like(sharp)
+    k_mid = MOTION_BLUR_SAMPLES // 2
+    for k in range(MOTION_BLUR_SAMPLES):
+        if k == k_mid:
+            continue
+        offset = e * (k / (MOTION_BLUR_SAMPLES - 1) - 0.5)  # [B'] frames, negative: before the instant
+        total += _composite(_at_offset(sub, offset, forward=k > k_mid), textures, cfg) - sharp
+    out = frame.clone()
+    out[idx] = sharp + total / MOTION_BLUR_SAMPLES
+    return out
+
+
+#: Scene fields that change from frame to frame (their time axis) and are interpolated between frames
+_PER_FRAME = {"local_from_image": 2, "texel_from_image": 2, "size_px": 2, "layer_gain": 2}
+
+
+def _subset(scene: Scene, idx: torch.Tensor) -> Scene:
+    """The videos ``idx`` of a scene (every field indexed on its batch axis)."""
+    import dataclasses
+
+    fields = {f.name: getattr(scene, f.name) for f in dataclasses.fields(scene)}
+    return Scene(**{name: value[idx] if value is not None else None for name, value in fields.items()})
+
+
+def _at_offset(scene: Scene, offset: torch.Tensor, forward: bool) -> Scene:
+    """The scene at instants t + offset (offset [B] in frames, all of one sign: ``forward`` when > 0)."""
+    import dataclasses
+
+    changes = {}
+    for name, axis in _PER_FRAME.items():
+        x = getattr(scene, name)
+        T = x.shape[axis]
+        if T < 2:
+            changes[name] = x
+            continue
+        step = x.narrow(axis, 1, T - 1) - x.narrow(axis, 0, T - 1)  # [.., T-1, ..]: x[t+1] - x[t]
+        first, last = step.narrow(axis, 0, 1), step.narrow(axis, T - 2, 1)
+        diff = torch.cat([step, last], axis) if forward else torch.cat([first, step], axis)
+        s = offset.view(-1, *([1] * (x.dim() - 1))).to(x.dtype)
+        changes[name] = x + s * diff
+    changes["image_from_local"] = torch.linalg.inv(changes["local_from_image"])
+    return dataclasses.replace(scene, **changes)
 
 
 def _photometric(frame: torch.Tensor, scene: Scene, gen: torch.Generator) -> torch.Tensor:

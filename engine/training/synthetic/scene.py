@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.training.synthetic.config import SynthConfig
+from engine.training.synthetic.textures import TEXTURE_POOR_COUNT
 
 CAMERA_DRIFT_SHARE = 0.18  # largest background pan over a video, as a share of the texture side
 CAMERA_ZOOM_DRIFT = 0.35  # largest log-zoom change over a video
@@ -55,6 +56,7 @@ class Scene:
     bias: torch.Tensor  # float32 [B, T]
     noise_std: torch.Tensor  # float32 [B]
     blur_sigma: torch.Tensor  # float32 [B, T] (0 = sharp)
+    poor_index: torch.Tensor | None = None  # long [B, L]: texture-poor texture of a surface, -1 = its bank texture
 
 
 def _u(gen: torch.Generator, shape: tuple[int, ...], lo: float = 0.0, hi: float = 1.0) -> torch.Tensor:
@@ -182,6 +184,14 @@ def sample_scene(batch_size: int, cfg: SynthConfig, num_textures: int, tex_size:
     blurred = (_u(gen, (B, 1)) < cfg.blur_prob) & (_u(gen, (B, T)) < 0.5) & photo
     sigma = _u(gen, (B, T), *cfg.blur_sigma) * blurred
 
+    poor_index = None
+    if cfg.texture_poor_share > 0 or cfg.texture_poor_sprite_share > 0:  # drawn last: without them, as before
+        share = torch.full((B, L), cfg.texture_poor_sprite_share, dtype=torch.float64, device=dev)
+        share[:, 0] = cfg.texture_poor_share
+        poor = _u(gen, (B, L)) < share
+        pick = torch.randint(0, TEXTURE_POOR_COUNT, (B, L), generator=gen, device=dev)
+        poor_index = torch.where(poor, pick, torch.full_like(pick, -1))
+
     f32 = torch.float32
     return Scene(
         local_from_image=local.to(f32), image_from_local=inverse.to(f32),
@@ -193,7 +203,7 @@ def sample_scene(batch_size: int, cfg: SynthConfig, num_textures: int, tex_size:
         poly_sides=sides.to(f32), poly_rot=_u(gen, (B, L), 0.0, 2 * math.pi).to(f32),
         layer_gain=layer_gain.to(f32), contrast=contrast.to(f32), gain=gain.to(f32), bias=bias.to(f32),
         noise_std=noise.to(f32),
-        blur_sigma=sigma.to(f32),
+        blur_sigma=sigma.to(f32), poor_index=poor_index,
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -31,6 +31,15 @@ NOISE_OCTAVES = (4, 8, 16, 32, 64)
 SHAPES_PER_TEXTURE = 36
 GRAIN_STD = (0.03, 0.12)  # fine-grain noise added to procedural textures
 SPLIT_SEED_OFFSET = {"train": 0, "val": 7919}
+#: texture-poor surfaces (sky-like gradients, flat colour with faint noise, faint clouds): how many per bank,
+#: drawn from their own generator so the bank's other textures stay as they were
+TEXTURE_POOR_COUNT = 16
+TEXTURE_POOR_SEED_OFFSET = 4099
+POOR_BASE_COLOUR = (0.15, 0.9)  # flat colour per channel
+POOR_GRADIENT = 0.2  # largest colour change across a gradient texture
+POOR_CLOUD_AMPLITUDE = (0.0, 0.05)  # faint low-frequency variation
+POOR_GRAIN_STD = (0.002, 0.01)  # faint fine noise
+POOR_CLOUD_OCTAVES = (2, 4, 8)
 
 
 @dataclass
@@ -39,6 +48,18 @@ class TextureBank:
 
     images: torch.Tensor  # float32 [K, 3, S, S]
     names: list[str]
+    seed: int = 0
+    split: str = "train"
+    _poor: torch.Tensor | None = field(default=None, repr=False, compare=False)
+
+    def poor_images(self) -> torch.Tensor:
+        """TEXTURE_POOR_COUNT texture-poor textures float32 [P, 3, S, S], made on first use (same seed and split:
+        same textures)."""
+        if self._poor is None:
+            gen = torch.Generator(device=self.images.device)
+            gen.manual_seed(self.seed * 104729 + SPLIT_SEED_OFFSET[self.split] + TEXTURE_POOR_SEED_OFFSET)
+            self._poor = texture_poor_textures(TEXTURE_POOR_COUNT, self.size, gen)
+        return self._poor
 
     @property
     def size(self) -> int:
@@ -72,7 +93,7 @@ class TextureBank:
             count = max(procedural, 1 if not parts else 0)
             parts.append(procedural_textures(count, size, gen, device))
             names += [f"procedural:{split}:{seed}:{i}" for i in range(count)]
-        return cls(images=torch.cat(parts).contiguous(), names=names)
+        return cls(images=torch.cat(parts).contiguous(), names=names, seed=seed, split=split)
 
 
 def _load_photos(names: tuple[str, ...]) -> list[tuple[str, np.ndarray]] | None:
@@ -222,3 +243,22 @@ def procedural_textures(count: int, size: int, gen: torch.Generator, device: tor
     grain_std = _rand(gen, count, 1, 1, 1, lo=GRAIN_STD[0], hi=GRAIN_STD[1])
     img = img + grain_std * 3.0 * _value_noise(count, 3, size, (size // 4, size // 2), gen, falloff=0.0)
     return img.clamp(0, 1).to(device)
+
+
+def texture_poor_textures(count: int, size: int, gen: torch.Generator) -> torch.Tensor:
+    """Sky-like surfaces: a flat colour, a smooth gradient over part of them, faint clouds and faint grain.
+    float32 [count, 3, size, size] in [0, 1], on the generator's device; their luminance gradient is a small
+    share of the other textures' (texture_detail)."""
+    dev = gen.device
+    coords = (torch.arange(size, device=dev, dtype=torch.float32) + 0.5) / size
+    yy, xx = torch.meshgrid(coords, coords, indexing="ij")
+    base = _rand(gen, count, 3, 1, 1, lo=POOR_BASE_COLOUR[0], hi=POOR_BASE_COLOUR[1])
+    theta = _rand(gen, count, 1, 1, hi=2 * math.pi)
+    ramp = (xx * torch.cos(theta) + yy * torch.sin(theta))[:, None]  # [count, 1, S, S]
+    change = _rand(gen, count, 3, 1, 1, lo=-POOR_GRADIENT, hi=POOR_GRADIENT) * (_rand(gen, count, 1, 1, 1) < 0.7)
+    img = base + change * ramp
+    cloud = _rand(gen, count, 1, 1, 1, lo=POOR_CLOUD_AMPLITUDE[0], hi=POOR_CLOUD_AMPLITUDE[1])
+    img = img + cloud * 2.0 * _value_noise(count, 1, size, POOR_CLOUD_OCTAVES, gen)
+    grain = _rand(gen, count, 1, 1, 1, lo=POOR_GRAIN_STD[0], hi=POOR_GRAIN_STD[1])
+    img = img + grain * torch.randn(count, 3, size, size, generator=gen, device=dev)
+    return img.clamp(0, 1)
