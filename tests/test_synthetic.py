@@ -296,3 +296,22 @@ def test_motion_blur_changes_only_moving_parts_and_never_the_ground_truth(bank):
             near |= alpha.amax(-1) > 1e-4
         near = torch.nn.functional.max_pool2d(near.view(2, 1, 48, 64).float(), 3, 1, 1).bool().view(2, 48, 64)
         assert not (changed[:, t] & ~near).any(), t
+
+
+def test_sample_knobs_and_the_heldout_preset(tmp_path, monkeypatch):
+    from engine.cli import sample as sample_cli
+    from engine.training.synthetic import evalset
+
+    assert set(sample_cli.HELDOUT_PRESET_NAMES) == set(evalset.HELDOUT_PRESETS)
+    parts = {p.prefix: p for p in evalset.HELDOUT_PRESETS["heldout-v2"]}
+    assert (parts["ho777"].seed, parts["ho777"].frames, parts["ho777"].count) == (777, 24, 12)  # as documented
+    assert (parts["ho778"].seed, parts["ho778"].frames, parts["ho778"].count) == (778, 47, 8)
+    small = (evalset.EvalPart("a", 1, 5, 4), evalset.EvalPart("p", 1, 6, 6, (("texture_poor_share", 1.0),)))
+    monkeypatch.setitem(evalset.HELDOUT_PRESETS, "heldout-v2", small)
+    assert cli_main(["sample", str(tmp_path / "pre"), "--preset", "heldout-v2", "--size", "32", "--points", "8"]) == 0
+    names = sorted(p.name for p in (tmp_path / "pre").glob("*.mp4"))
+    assert names == ["a_000.mp4", "p_000.mp4"]
+    assert load_ground_truth(tmp_path / "pre" / "p_000.gt.npz")["tracks"].shape == (8, 6, 2)
+    assert cli_main(["sample", str(tmp_path / "k"), "--count", "1", "--frames", "4", "--size", "32", "--points", "8",
+                     "--texture-poor-share", "1", "--motion-blur-prob", "1"]) == 0
+    assert cli_main(["sample", str(tmp_path / "bad"), "--motion-blur-prob", "1.5"]) == 2

@@ -19,6 +19,7 @@ MAX_FRAMES = 10000
 #: host bytes the renderer needs per pixel of each frame (float32 texel grids, colour, alpha, the frame):
 #: 88 measured at 48 frames of 512x512 on the CPU, rounded up
 RENDER_BYTES_PER_PIXEL_FRAME = 96
+HELDOUT_PRESET_NAMES = ("heldout-v2",)  # engine.training.synthetic.evalset.HELDOUT_PRESETS (checked in a test)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,11 +32,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--first-frame-queries", action="store_true",
                         help="put every query on frame 0 (default: spread over the video)")
     parser.add_argument("--prefix", default="synth", help="file name prefix (default synth)")
+    parser.add_argument("--texture-poor-share", type=float, default=0.0,
+                        help="share of videos whose background is texture-poor (sky-like; default 0)")
+    parser.add_argument("--texture-poor-sprite-share", type=float, default=0.0,
+                        help="share of occluding sprites that are texture-poor (default 0)")
+    parser.add_argument("--motion-blur-prob", type=float, default=0.0,
+                        help="share of videos rendered with motion blur (default 0)")
+    parser.add_argument("--preset", choices=sorted(HELDOUT_PRESET_NAMES), default=None,
+                        help="write a fixed held-out set instead (heldout-v2: ho777 12x24 frames, ho778 8x47, "
+                             "texture-poor 8x47, long clips 6x96; ignores --count/--seed/--frames/--prefix and the "
+                             "knobs above)")
 
 
 def run(args: argparse.Namespace) -> int:
     from engine.training.synthetic import SynthConfig, write_eval_set
+    from engine.training.synthetic.evalset import HELDOUT_PRESETS, write_preset
 
+    if args.preset is not None:
+        frames = max(part.frames for part in HELDOUT_PRESETS[args.preset])
+        args.frames = frames
     checks = [("--count", args.count, 1, 100000), ("--frames", args.frames, 2, MAX_FRAMES),
               ("--size", args.size, 16, MAX_SIZE), ("--points", args.points, 1, 100000)]
     for name, value, lo, hi in checks:
@@ -45,12 +60,21 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--size must be even (mp4 codecs need even frame sizes), got {args.size}")
     if args.outdir.exists() and not args.outdir.is_dir():
         raise UserError(f"{args.outdir}: exists and is not a folder")
+    for name in ("texture_poor_share", "texture_poor_sprite_share", "motion_blur_prob"):
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            raise UserError(f"--{name.replace('_', '-')} must be between 0 and 1, got {getattr(args, name)}")
     check_render_memory(args.frames, args.size)
     check_output_folder(args.outdir, "OUTDIR")  # before any work: a missing parent or a read-only place
-    cfg = SynthConfig(num_frames=args.frames, height=args.size, width=args.size, num_points=args.points,
-                      query_first_frame_only=args.first_frame_queries)
     try:
-        paths = write_eval_set(args.outdir, args.count, args.seed, cfg, prefix=args.prefix)
+        if args.preset is not None:
+            paths = write_preset(args.outdir, args.preset, size=args.size, points=args.points)
+        else:
+            cfg = SynthConfig(num_frames=args.frames, height=args.size, width=args.size, num_points=args.points,
+                              query_first_frame_only=args.first_frame_queries,
+                              texture_poor_share=args.texture_poor_share,
+                              texture_poor_sprite_share=args.texture_poor_sprite_share,
+                              motion_blur_prob=args.motion_blur_prob)
+            paths = write_eval_set(args.outdir, args.count, args.seed, cfg, prefix=args.prefix)
     except OSError as exc:
         raise UserError(f"{args.outdir}: cannot write the evaluation set: {exc}") from exc
     print(f"wrote {len(paths)} video(s) with ground truth to {args.outdir}")

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from engine.core.outputs import check_output_folder
-from engine.training.corrtrack import TEXTURE_SIZE, train
+from engine.training.corrtrack import HARD_VAL_FRAMES, TEXTURE_SIZE, VAL_FRAMES, train
 from engine.training.losses import HUBER_DELTA_PX
 
 
@@ -24,9 +24,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="pixels where the position loss turns from quadratic to linear")
     p.add_argument("--echo", type=int, default=1,
                    help="steps per rendered batch: each reuse sees a random flip/transpose/time-reversed view")
-    p.add_argument("--resume", type=Path, default=None, help="start from these weights (safetensors + manifest)")
+    p.add_argument("--resume", type=Path, default=None,
+                   help="continue from these weights (safetensors + manifest; the network's config is theirs)")
+    p.add_argument("--init-from", type=Path, default=None,
+                   help="warm-start a new network from these weights (e.g. v1's resources/corrtrack.safetensors "
+                        "with --attention-layers 1: every v1 tensor loaded, the attention added at zero output)")
+    p.add_argument("--attention-layers", type=int, default=None,
+                   help="temporal attention layers per refinement iteration (0: v1, the default; 1: v2)")
+    p.add_argument("--attention-heads", type=int, default=None, help="heads of each attention layer (default 4)")
+    p.add_argument("--texture-poor-share", type=float, default=None,
+                   help="share of training backgrounds with a texture-poor surface (default 0.3 for v2, 0 for v1)")
+    p.add_argument("--texture-poor-sprite-share", type=float, default=None,
+                   help="share of training sprites with one (default 0.15 for v2, 0 for v1)")
+    p.add_argument("--motion-blur-prob", type=float, default=None,
+                   help="share of training videos with motion blur (default 0.25 for v2, 0 for v1)")
     p.add_argument("--val-every", type=float, default=60.0, help="seconds between validations")
     p.add_argument("--val-videos", type=int, default=32)
+    p.add_argument("--val-frames", type=int, default=VAL_FRAMES, help="frames of the (v1) validation videos")
+    p.add_argument("--hard-val-videos", type=int, default=16,
+                   help="videos of the second validation set (texture-poor + motion blur; 0: none)")
+    p.add_argument("--hard-val-frames", type=int, default=HARD_VAL_FRAMES, help="frames of its videos")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="bf16", help="autocast dtype for training")
     p.add_argument("--compile", action="store_true", help="torch.compile the network")
     p.add_argument("--device", default="auto")

@@ -5,6 +5,12 @@ cosine to zero over the run, measured in steps (``--steps``) or in wall-clock ti
 for fixed-length device leases). Validation (AJ, delta_avg, OA on a fixed set rendered from the "val"
 texture split with a fixed seed) runs every ``--val-every`` seconds and at the end; each validation
 writes ``last.safetensors`` + manifest into ``--out``, so an interrupted run still leaves weights.
+
+v2 (temporal attention, ``--attention-layers``): ``--init-from`` warm-starts it from v1 weights (every v1
+tensor, the new attention layers at zero output), ``--resume`` continues a v2 checkpoint (its config from
+its manifest). Training data for a v2 net gets texture-poor surfaces and motion blur by default
+(V2_DATA_DEFAULTS). Beside the v1 validation set (unchanged, so curves compare) a second, "hard" set is
+scored: texture-poor surfaces and motion blur in longer clips (HARD_VAL_*), logged as ``hard_aj`` etc.
 """
 
 from __future__ import annotations
@@ -25,13 +31,21 @@ import torch
 from engine.core.atomic import atomic_open
 from engine.core.devices import device_name, resolve_device
 from engine.core.errors import UserError
-from engine.trackers.corrtrack.model import CorrTrackNet, count_parameters, visible_from_logits
-from engine.trackers.corrtrack.weights import load_model, save_model
+from engine.trackers.corrtrack.model import CorrTrackConfig, CorrTrackNet, count_parameters, visible_from_logits
+from engine.trackers.corrtrack.weights import load_model, save_model, warm_start
 from engine.training.losses import track_losses
 
 VAL_SEED = 20261130
 VAL_TEXTURE_SEED = 1
 VAL_BATCH = 16  # videos per validation batch (fixed: the set depends on how it is batched)
+VAL_FRAMES = 24  # frames of the v1 validation videos (every v1 run validated at 24)
+HARD_VAL_SEED = 20261201
+HARD_VAL_BATCH = 8
+HARD_VAL_FRAMES = 48
+#: the hard validation set's look: texture-poor backgrounds and some sprites, motion blur, longer clips
+HARD_VAL_KNOBS: dict[str, Any] = {"texture_poor_share": 0.5, "texture_poor_sprite_share": 0.25, "motion_blur_prob": 0.5}
+#: synthetic-data knobs a v2 net trains with unless the command sets them (a v1 net: all 0, as before)
+V2_DATA_DEFAULTS = {"texture_poor_share": 0.3, "texture_poor_sprite_share": 0.15, "motion_blur_prob": 0.25}
 TRAIN_TEXTURE_SEED = 0
 TEXTURE_SIZE = 512
 PROCEDURAL_TEXTURES = 64
@@ -56,15 +70,17 @@ def _autocast(device: torch.device, precision: str):
 
 
 def make_val_set(device: torch.device, num_videos: int, num_frames: int, num_points: int, batch_size: int,
-                 texture_size: int = TEXTURE_SIZE, procedural: int = PROCEDURAL_TEXTURES) -> list[Any]:
-    """The fixed validation batches (val texture split, VAL_SEED)."""
+                 texture_size: int = TEXTURE_SIZE, procedural: int = PROCEDURAL_TEXTURES, seed: int = VAL_SEED,
+                 textures: Any = None, **knobs: Any) -> list[Any]:
+    """The fixed validation batches (val texture split, ``seed``; ``knobs``: more SynthConfig fields)."""
     from engine.training.synthetic import SynthConfig, TextureBank, generate_batch
 
-    textures = TextureBank.build(device, size=texture_size, photos=True, procedural=procedural,
-                                 seed=VAL_TEXTURE_SEED, split="val")
-    cfg = SynthConfig(num_frames=num_frames, num_points=num_points)
+    if textures is None:
+        textures = TextureBank.build(device, size=texture_size, photos=True, procedural=procedural,
+                                     seed=VAL_TEXTURE_SEED, split="val")
+    cfg = SynthConfig(num_frames=num_frames, num_points=num_points, **knobs)
     gen = torch.Generator(device=device)
-    gen.manual_seed(VAL_SEED)
+    gen.manual_seed(seed)
     batches = []
     for start in range(0, num_videos, batch_size):
         batches.append(generate_batch(min(batch_size, num_videos - start), cfg, textures, gen, device))
@@ -100,12 +116,18 @@ def train(args: argparse.Namespace) -> int:
     from engine.training.synthetic import SynthConfig, TextureBank, generate_batch
     from engine.training.synthetic.views import ALL_VIEWS, batch_view
 
+    for name, default in (("init_from", None), ("attention_layers", None), ("attention_heads", None),
+                          ("val_frames", VAL_FRAMES), ("hard_val_videos", 0), ("hard_val_frames", HARD_VAL_FRAMES)):
+        if not hasattr(args, name):  # a Namespace built before these options existed
+            setattr(args, name, default)
     if args.batch_size < 1 or args.num_points < 1 or args.num_frames < 2:
         raise UserError("batch size and points must be >= 1 and frames >= 2")
     if args.echo < 1 or args.huber_delta <= 0:
         raise UserError("--echo must be >= 1 and --huber-delta > 0")
     if args.steps <= 0 and args.minutes <= 0:
         raise UserError("give --steps or a positive --minutes")
+    if args.resume is not None and args.init_from is not None:
+        raise UserError("give --resume (continue a checkpoint) or --init-from (warm-start a new net), not both")
     device = resolve_device(args.device)
     torch.manual_seed(args.seed)
     if device.type == "cuda":
@@ -116,11 +138,22 @@ def train(args: argparse.Namespace) -> int:
     prior_steps, prior_curve, prior_runs = 0, [], []
     if args.resume is not None:
         model, manifest = load_model(args.resume, device)
+        layers = getattr(args, "attention_layers", None)
+        if layers is not None and layers != model.cfg.attention_layers:
+            raise UserError(f"{args.resume} has {model.cfg.attention_layers} attention layer(s), --attention-layers "
+                            f"says {layers}", "to add attention to v1 weights use --init-from instead of --resume")
+        prior_steps = int(manifest.get("training", {}).get("total_steps", 0))
+        prior_curve = list(manifest.get("curve", []))
+        prior_runs = list(manifest.get("runs", [manifest["training"]] if "training" in manifest else []))
+    elif args.init_from is not None:  # its history carries over: the new layers start by changing nothing
+        model, manifest = warm_start(args.init_from, args.attention_layers or 0, args.attention_heads, device)
         prior_steps = int(manifest.get("training", {}).get("total_steps", 0))
         prior_curve = list(manifest.get("curve", []))
         prior_runs = list(manifest.get("runs", [manifest["training"]] if "training" in manifest else []))
     else:
-        model = CorrTrackNet().to(device)
+        model = CorrTrackNet(CorrTrackConfig(attention_layers=args.attention_layers or 0,
+                                             attention_heads=args.attention_heads or 4)).to(device)
+    args.data_knobs = data_knobs(args, model.cfg)
     model.backbone.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stubs lack it
     model.train()
     step_fn = torch.compile(model) if args.compile else model
@@ -128,16 +161,23 @@ def train(args: argparse.Namespace) -> int:
                             fused=device.type == "cuda")
     textures = TextureBank.build(device, size=args.texture_size, photos=True, procedural=PROCEDURAL_TEXTURES,
                                  seed=TRAIN_TEXTURE_SEED, split="train")
-    cfg = SynthConfig(num_frames=args.num_frames, num_points=args.num_points)
+    cfg = SynthConfig(num_frames=args.num_frames, num_points=args.num_points, **args.data_knobs)
     gen = torch.Generator(device=device)
     gen.manual_seed(args.seed * 7919 + 17)
     view_rng = random.Random(args.seed)
-    val_batches = make_val_set(device, args.val_videos, args.num_frames, args.num_points, VAL_BATCH,
-                               args.texture_size)
+    val_textures = TextureBank.build(device, size=args.texture_size, photos=True, procedural=PROCEDURAL_TEXTURES,
+                                     seed=VAL_TEXTURE_SEED, split="val")
+    val_batches = {"": make_val_set(device, args.val_videos, args.val_frames, args.num_points, VAL_BATCH,
+                                    textures=val_textures)}
+    if args.hard_val_videos > 0:
+        val_batches["hard_"] = make_val_set(device, args.hard_val_videos, args.hard_val_frames, args.num_points,
+                                            HARD_VAL_BATCH, seed=HARD_VAL_SEED, textures=val_textures,
+                                            **HARD_VAL_KNOBS)
     args.out.mkdir(parents=True, exist_ok=True)
     command = "trackscope train " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 1 else ""
-    print(f"setup {time.perf_counter() - t_setup:.1f} s; {count_parameters(model)} parameters; "
-          f"{len(textures)} train textures; device {device}", flush=True)
+    print(f"setup {time.perf_counter() - t_setup:.1f} s; {count_parameters(model)} parameters (CorrTrack "
+          f"{model.cfg.version}, {model.cfg.attention_layers} attention layer(s)); {len(textures)} train textures; "
+          f"data {args.data_knobs}; device {device}", flush=True)
 
     curve: list[dict[str, float]] = prior_curve
     args.prior_steps = prior_steps
@@ -148,6 +188,9 @@ def train(args: argparse.Namespace) -> int:
     last_val = t0
     step = 0
     probes: list[float] = []
+    if args.init_from is not None:  # the warm start's score before any step (v2 from v1: v1's score)
+        curve.append(_validate_and_save(model, val_batches, device, args, step, t0, curve, log, command))
+        t0 = last_val = time.perf_counter()
     while True:
         elapsed = time.perf_counter() - t0
         progress = step / args.steps if args.steps > 0 else elapsed / budget_s
@@ -180,8 +223,10 @@ def train(args: argparse.Namespace) -> int:
             torch.cuda.synchronize(device)
             probes.append((time.perf_counter() - t_step) * 1e3)
             if step == PROBE_STEPS[-1]:
+                peak = torch.cuda.max_memory_allocated(device) / 2**30
                 print(f"probe: batch (render or view) {statistics.median(probes[0::2]):.1f} ms, update "
-                      f"{statistics.median(probes[1::2]):.1f} ms per step (median of {len(PROBE_STEPS)})", flush=True)
+                      f"{statistics.median(probes[1::2]):.1f} ms per step (median of {len(PROBE_STEPS)}); peak "
+                      f"memory {peak:.1f} GiB", flush=True)
         step += 1
         if step % LOG_EVERY == 0:
             row = {"step": step, "time_s": time.perf_counter() - t0, "lr": args.lr * share,
@@ -198,14 +243,29 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _validate_and_save(model: CorrTrackNet, val_batches: list[Any], device: torch.device, args: argparse.Namespace,
-                       step: int, t0: float, curve: list[dict[str, float]], log: list[dict[str, float]],
-                       command: str) -> dict[str, float]:
-    scores = validate(model, val_batches, device, args.precision)
-    point = {"step": args.prior_steps + step, "time_s": round(time.perf_counter() - t0, 1),
-             **{k: round(v, 4) for k, v in scores.items()}}
-    print(f"validation step {point['step']}: AJ {scores['aj']:.4f} delta_avg {scores['delta_avg']:.4f} "
-          f"OA {scores['oa']:.4f}", flush=True)
+def data_knobs(args: argparse.Namespace, cfg: CorrTrackConfig) -> dict[str, float]:
+    """The synthetic-data knobs of this run: the command's, else V2_DATA_DEFAULTS for a v2 net, 0 for v1."""
+    defaults = V2_DATA_DEFAULTS if cfg.attention_layers > 0 else dict.fromkeys(V2_DATA_DEFAULTS, 0.0)
+    knobs = {}
+    for name, default in defaults.items():
+        value = getattr(args, name, None)
+        knobs[name] = float(default if value is None else value)
+        if not 0.0 <= knobs[name] <= 1.0:
+            raise UserError(f"--{name.replace('_', '-')} must lie in [0, 1], got {value}")
+    return knobs
+
+
+def _validate_and_save(model: CorrTrackNet, val_batches: dict[str, list[Any]], device: torch.device,
+                       args: argparse.Namespace, step: int, t0: float, curve: list[dict[str, float]],
+                       log: list[dict[str, float]], command: str) -> dict[str, float]:
+    point: dict[str, float] = {"step": args.prior_steps + step, "time_s": round(time.perf_counter() - t0, 1)}
+    words = []
+    for prefix, batches in val_batches.items():
+        scores = validate(model, batches, device, args.precision)
+        point.update({prefix + k: round(v, 4) for k, v in scores.items()})
+        label = "hard (texture-poor + motion blur, " f"{args.hard_val_frames} frames): " if prefix else ""
+        words.append(f"{label}AJ {scores['aj']:.4f} delta_avg {scores['delta_avg']:.4f} OA {scores['oa']:.4f}")
+    print(f"validation step {point['step']}: " + " | ".join(words), flush=True)
     history = curve + [point]
     training = {
         "command": command,
@@ -215,6 +275,8 @@ def _validate_and_save(model: CorrTrackNet, val_batches: list[Any], device: torc
         "batch_size": args.batch_size, "num_frames": args.num_frames, "num_points": args.num_points,
         "lr": args.lr, "precision": args.precision, "seed": args.seed, "echo": args.echo,
         "huber_delta": args.huber_delta,
+        "init_from": str(args.init_from) if getattr(args, "init_from", None) else None,
+        "data": args.data_knobs,
         "device": device_name(device),
         "seconds": point["time_s"],
     }
@@ -223,7 +285,12 @@ def _validate_and_save(model: CorrTrackNet, val_batches: list[Any], device: torc
         "runs": args.prior_runs + [training],
         "validation": {"aj": point["aj"], "delta_avg": point["delta_avg"], "oa": point["oa"],
                        "videos": args.val_videos, "seed": VAL_SEED, "query_mode": "first",
-                       "num_frames": args.num_frames, "num_points": args.num_points},
+                       "num_frames": args.val_frames, "num_points": args.num_points},
+        **({"validation_hard": {"aj": point["hard_aj"], "delta_avg": point["hard_delta_avg"],
+                                "oa": point["hard_oa"], "videos": args.hard_val_videos, "seed": HARD_VAL_SEED,
+                                "query_mode": "first", "num_frames": args.hard_val_frames,
+                                "num_points": args.num_points, **HARD_VAL_KNOBS}}
+           if "hard_aj" in point else {}),
         "curve": history,
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -61,3 +63,37 @@ def write_eval_set(outdir: str | Path, count: int, seed: int, cfg: SynthConfig, 
     outdir.mkdir(parents=True, exist_ok=True)
     return [write_video_and_truth(outdir, f"{prefix}_{i:03d}", generate_video(seed * 100003 + i, cfg, textures))
             for i in range(count)]
+
+
+@dataclass(frozen=True)
+class EvalPart:
+    """One part of a held-out preset: ``count`` videos named PREFIX_000... from ``seed``, with SynthConfig knobs."""
+
+    prefix: str
+    count: int
+    seed: int
+    frames: int
+    knobs: tuple[tuple[str, float], ...] = ()
+
+
+#: the held-out set of the v2 accuracy target: the project's two held-out sets as they were (ho777, ho778:
+#: same seeds, same videos), texture-poor videos (every background sky-like, a quarter of the sprites too),
+#: and long clips (96 frames)
+HELDOUT_PRESETS: dict[str, tuple[EvalPart, ...]] = {
+    "heldout-v2": (
+        EvalPart("ho777", 12, 777, 24),
+        EvalPart("ho778", 8, 778, 47),
+        EvalPart("poor", 8, 779, 47, (("texture_poor_share", 1.0), ("texture_poor_sprite_share", 0.25))),
+        EvalPart("long", 6, 780, 96),
+    ),
+}
+
+
+def write_preset(outdir: str | Path, preset: str, size: int = 256, points: int = 64) -> list[Path]:
+    """Write every part of a HELDOUT_PRESETS entry into one folder; returns the mp4 paths."""
+    paths: list[Path] = []
+    for part in HELDOUT_PRESETS[preset]:
+        knobs: dict[str, Any] = dict(part.knobs)
+        cfg = SynthConfig(num_frames=part.frames, height=size, width=size, num_points=points, **knobs)
+        paths += write_eval_set(outdir, part.count, part.seed, cfg, prefix=part.prefix)
+    return paths

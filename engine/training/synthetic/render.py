@@ -8,6 +8,8 @@ query points on the visible surface at the query frame and carries them through
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -133,15 +135,18 @@ def _subset(scene: Scene, idx: torch.Tensor) -> Scene:
     """The videos ``idx`` of a scene (every field indexed on its batch axis)."""
     import dataclasses
 
-    fields = {f.name: getattr(scene, f.name) for f in dataclasses.fields(scene)}
-    return Scene(**{name: value[idx] if value is not None else None for name, value in fields.items()})
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(scene):
+        value = getattr(scene, f.name)
+        changes[f.name] = value[idx] if value is not None else None
+    return dataclasses.replace(scene, **changes)
 
 
 def _at_offset(scene: Scene, offset: torch.Tensor, forward: bool) -> Scene:
     """The scene at instants t + offset (offset [B] in frames, all of one sign: ``forward`` when > 0)."""
     import dataclasses
 
-    changes = {}
+    changes: dict[str, Any] = {}
     for name, axis in _PER_FRAME.items():
         x = getattr(scene, name)
         T = x.shape[axis]
