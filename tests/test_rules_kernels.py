@@ -232,6 +232,9 @@ def test_a_measured_benchmark_that_does_not_help_is_an_info_saying_so(on_ms: str
     assert "measured" in f["title"] and "on this card" in f["title"] and "nothing to change" in f["suggestion"]
     # convs most of the run: the assumption alone would have said warning; the measurement says no
     assert by_rule(findings(_benchmark_off(_conv_run(14.0))))["cudnn_benchmark_off"]["severity"] == "warning"
+    # a few convs (1 ms of 20) that benchmarking does not speed up: no line at all, as without the A/B
+    few = _benchmark_off(_conv_run(1.0), cudnn_ab_on_ms=on_ms, cudnn_ab_off_ms="20.0", cudnn_ab_runs="5")
+    assert "cudnn_benchmark_off" not in by_rule(findings(few))
 
 
 def test_without_the_ab_the_benchmark_gain_is_a_stated_assumption_capped_at_info():
@@ -354,11 +357,12 @@ def test_the_capture_runs_the_benchmark_ab_only_after_a_run_with_conv_kernels_an
     calls: list[int] = []
     monkeypatch.setattr(settings_ab, "cudnn_benchmark_ab", lambda run_ms: calls.append(1) or {"k": "v"})
 
-    def result(flag: str, kernel: str, stopped: str | None = None):
+    def result(flag: str, kernel: str, stopped: str | None = None, conv_us: float = 2000.0):
         r = profile.CaptureResult(device="cuda:0")
         r.settings = {"cudnn_benchmark": flag}
-        r.trace = SimpleNamespace(kernels=[SimpleNamespace(name=kernel)])  # type: ignore[assignment]
+        r.trace = SimpleNamespace(kernels=[SimpleNamespace(name=kernel, dur=conv_us)])  # type: ignore[assignment]
         r.stopped = stopped
+        r.unprofiled_wall_ms = 20.0
         return r
 
     conv = "sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64"
@@ -366,4 +370,5 @@ def test_the_capture_runs_the_benchmark_ab_only_after_a_run_with_conv_kernels_an
     assert profile._ab_cudnn(result("True", conv), lambda: 1.0) == {}
     assert profile._ab_cudnn(result("False", "void at::native::vectorized_elementwise_kernel<4>"), lambda: 1.0) == {}
     assert profile._ab_cudnn(result("False", conv, stopped="op limit"), lambda: 1.0) == {}
+    assert profile._ab_cudnn(result("False", conv, conv_us=100.0), lambda: 1.0) == {}  # 0.1 of 20 ms: under 1 %
     assert calls == [1]

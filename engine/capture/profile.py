@@ -295,13 +295,18 @@ def _ab_threads(settings: dict[str, str], run_ms: Callable[[], float]) -> dict[s
 
 
 def _ab_cudnn(result: CaptureResult, run_ms: Callable[[], float]) -> dict[str, str]:
-    """After a GPU capture whose run had conv kernels with cudnn.benchmark off (and ran to its end): the tracker's
-    runs with benchmark on against off (engine.capture.settings_ab.cudnn_benchmark_ab); nothing if a run fails."""
+    """After a GPU capture whose run (to its end) had conv kernels with cudnn.benchmark off: the tracker's runs with
+    benchmark on against off (engine.capture.settings_ab.cudnn_benchmark_ab); nothing if a run fails. Not where
+    the convs are under ``REPORT_SHARE`` of the run (no saving of theirs could be reported), nor in a process with
+    compiled code (the A/B's function mode would be a new guard for dynamo: recompiles)."""
     if result.settings.get("cudnn_benchmark") != "False" or result.trace is None or result.stopped:
         return {}
+    from engine.capture.finding import REPORT_SHARE
     from engine.capture.kernels import classify
 
-    if not any(classify(k.name).kind == "conv" for k in result.trace.kernels):
+    conv_ms = sum(k.dur for k in result.trace.kernels if classify(k.name).kind == "conv") / 1e3
+    run = result.unprofiled_wall_ms or result.profiled_wall_ms or 0.0
+    if conv_ms <= 0 or conv_ms < REPORT_SHARE * run or _dynamo_counters().get("frames", {}).get("total", 0) > 0:
         return {}
     from engine.capture.settings_ab import cudnn_benchmark_ab
 

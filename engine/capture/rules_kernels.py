@@ -47,9 +47,9 @@ FUSED_PASSES = 2
 #: those) counts as memory-bound: the estimated default peak is too rough to judge it by
 MEMORY_BOUND_OF_PEAK = 0.3
 #: cudnn.benchmark picks the fastest algorithm per shape; the capture measures what it gains (the tracker rerun
-#: with it on against off). Where that A/B is missing (older captures, a tracker that sets the flag itself), an
-#: assumed tenth of the conv time (NVIDIA's and PyTorch's guides report 0-30 % on fixed-shape convnets; on the
-#: H200 the session-18 sweep of 32 fixed-shape convs read -1.7 % to +8 %), capped at info
+#: with it on against off). Where that A/B is missing (older captures, compiled code, a tracker that sets the flag
+#: itself), an assumed tenth of the conv time (NVIDIA's and PyTorch's guides report 0-30 % on fixed-shape
+#: convnets; on the H200 the session-18 sweep of 32 fixed-shape convs read -1.7 % to +8 %), capped at info
 CUDNN_BENCHMARK_GAIN = 0.1
 CONV_MOST_OF_RUN = 0.5  # below this share of the run in convs, cudnn_benchmark_off stays at info
 
@@ -224,8 +224,8 @@ def cudnn_benchmark_off(s: CaptureSummary, ctx: Context) -> list[Finding]:
 
     Measured where the capture ran the tracker again with benchmark on against off (engine.capture.settings_ab):
     the saving is at stake, its severity its share; no saving is an info saying so. Without that A/B (an older
-    capture, a tracker that switches the flag itself) a stated share of the conv time, capped at info unless
-    convs are most of the run.
+    capture, compiled code in the process, a tracker that switches the flag itself) an assumed share of the conv
+    time, capped at info unless convs are most of the run.
     """
     if not s.has_gpu or not s.wall_ms or s.evidence.settings.get("cudnn_benchmark") != "False":
         return []
@@ -239,7 +239,7 @@ def cudnn_benchmark_off(s: CaptureSummary, ctx: Context) -> list[Finding]:
                 "calls": sum(g.count for g in shapes)}
     measured = cudnn_ab(s.evidence.settings)
     if measured is not None:
-        return _cudnn_measured(s, ctx, measured, top, evidence)
+        return _cudnn_measured(s, ctx, measured, top, evidence, CUDNN_BENCHMARK_GAIN * conv_share >= REPORT_SHARE)
     if CUDNN_BENCHMARK_GAIN * conv_share < REPORT_SHARE:
         return []
     overridden = s.evidence.settings.get(CUDNN_AB_OVERRIDDEN) == "True"
@@ -260,8 +260,10 @@ def cudnn_benchmark_off(s: CaptureSummary, ctx: Context) -> list[Finding]:
 
 
 def _cudnn_measured(s: CaptureSummary, ctx: Context, measured: tuple[float, float], top: GemmShape,
-                    evidence: dict[str, Any]) -> list[Finding]:
-    """The finding from the capture's benchmark on/off A/B: what turning it on saved, as a share of the run."""
+                    evidence: dict[str, Any], worth_saying: bool) -> list[Finding]:
+    """The finding from the capture's benchmark on/off A/B: what turning it on saved, as a share of the run; no
+    saving is an info where the convs are a share the assumption would have named (``worth_saying``), else
+    nothing (every tracker with a few convs would get the line)."""
     on, off = measured
     saved = off - on
     share = saved / off if off > 0 else 0.0  # of the unprofiled run it was measured on
@@ -270,6 +272,8 @@ def _cudnn_measured(s: CaptureSummary, ctx: Context, measured: tuple[float, floa
                 "measured": True}
     suggestion = ("set torch.backends.cudnn.benchmark = True once at start-up (the shapes are fixed across runs, "
                   "so the search runs once per shape, in the first call)")
+    if share < REPORT_SHARE and not worth_saying:
+        return []
     if share < REPORT_SHARE:
         gain = "no gain" if saved <= 0 else f"a gain of {100 * share:.1f} % of the run, under the 1 % a finding needs"
         return [finding("cudnn_benchmark_off", 0.0,
