@@ -324,3 +324,38 @@ def test_a_malformed_profiler_trace_is_captured_again(monkeypatch):
     module = torch.nn.Linear(4, 4)
     result = profile_module.capture_run(lambda: module(torch.ones(2, 4)), device="cpu", roots={"": module})
     assert result.error is None and len(calls) == 2
+
+
+def test_the_benchmark_ab_reruns_a_real_plugin_session_with_the_plugin_in_each_ways_thread():
+    """The cuDNN A/B's ways run a real session (a field plugin with convs, on the CPU): the plugin's forward runs
+    in the way's own thread (not its guard worker), both medians are recorded and the flag is put back."""
+    import threading
+
+    import torch
+
+    from engine.api import Session
+    from engine.capture.profile import _timed
+    from engine.capture.settings_ab import CUDNN_AB_OFF_MS, CUDNN_AB_ON_MS, cudnn_benchmark_ab
+    from engine.core.config import RunConfig
+    from engine.trackers.plugin import PluginTracker
+    from tests.plugins.field import cudnn_benchmark_off
+
+    frames = (torch.rand(4, 32, 32, 3) * 255).to(torch.uint8).numpy()
+    queries = torch.tensor([[0, 10.0, 12.0], [1, 20.0, 20.0]]).numpy()
+    plugin = cudnn_benchmark_off.make()
+    threads: list[str] = []
+    plugin.register_forward_pre_hook(lambda *_: threads.append(threading.current_thread().name))
+    tracker = PluginTracker("cudnn field", plugin)
+    config = RunConfig(tracker="cudnn field", device="cpu", points_per_batch=8)
+
+    def run_once() -> None:
+        for _event in Session(frames, queries, config, tracker=tracker).events():
+            pass
+
+    run_once()  # its worker's first call (the plugin's guard worker)
+    before = torch.backends.cudnn.benchmark
+    result = cudnn_benchmark_ab(lambda: _timed(run_once, torch.device("cpu")), repeats=1)
+    assert float(result[CUDNN_AB_ON_MS]) > 0 and float(result[CUDNN_AB_OFF_MS]) > 0
+    assert torch.backends.cudnn.benchmark == before
+    assert threads[0].startswith("trackscope-plugin")
+    assert set(threads[1:]) == {"trackscope-ab cudnn.benchmark on", "trackscope-ab cudnn.benchmark off"}

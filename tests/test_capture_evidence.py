@@ -238,3 +238,31 @@ def test_cpu_capture_of_a_planted_plugin_names_its_functions() -> None:
     assert all("engine/" not in r.site for r in user)  # trackscope's frames never pass as the user's
     own = {r.stage for r in summary.evidence.functions if r.layer == TRACKSCOPE}
     assert "upload" in own
+
+
+def test_kernels_over_the_runs_largest_allocation_are_a_buffer_sweep_of_their_site() -> None:
+    """The fill of a 128 MiB buffer and a pass over all of it are ``buffer_sweep`` kernels of the function that
+    made it; a kernel over a small tensor of the same function is not."""
+    numel = 32 << 20  # 128 MiB of float32
+    b = TraceBuilder()
+    _run_window(b)
+    b.frame(f"{USER_FILE}(30): crowding", 10, 900)
+    b.events.append({"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "ts": 15, "tid": TID,
+                     "args": {"Bytes": numel * 4, "Total Allocated": numel * 4, "Total Reserved": numel * 4,
+                              "Device Type": 1, "Device Id": 0}})
+    b.op("aten::fill_", 20, 50, [[1024, 256, 128], []], ["float", "Scalar"])
+    corr = b.runtime("cudaLaunchKernel", 25, 5)
+    b.kernel("void at::native::vectorized_elementwise_kernel<4, FillFunctor<float>>", corr, 40, 30)
+    b.op("aten::div", 100, 50, [[1024, 256, 128], [1024, 1, 1]], ["float", "float"])
+    corr = b.runtime("cudaLaunchKernel", 105, 5)
+    b.kernel("void at::native::vectorized_elementwise_kernel<4, DivFunctor<float>>", corr, 120, 60)
+    b.op("aten::add", 300, 50, [[256, 47]], ["float"])
+    corr = b.runtime("cudaLaunchKernel", 305, 5)
+    b.kernel("void at::native::vectorized_elementwise_kernel<4, AddFunctor<float>>", corr, 320, 5)
+    evidence, _ = b.evidence()
+    (sweep,) = [g for g in evidence.kernel_groups if g.kind == "buffer_sweep"]
+    assert sweep.count == 2 and sweep.ms == pytest.approx(0.09) and sweep.layer == USER
+    assert sweep.site is not None and sweep.site.endswith("crowding")
+    assert sweep.bytes >= 2 * 2 * numel * 4
+    assert evidence.memory.largest_allocation_bytes == numel * 4
+    assert evidence.memory.largest_allocation_site == sweep.site

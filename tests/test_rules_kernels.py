@@ -197,3 +197,178 @@ def test_gemm_misaligned_in_tensor_core_modes():
     aligned = tuple(dataclasses.replace(g, misaligned=()) for g in misaligned())
     assert "gemm_misaligned" not in by_rule(findings(planted(clean_gpu(), gemm_shapes=aligned)))
     assert above_info(findings(planted(clean_gpu(), gemm_shapes=as_trackscope(misaligned())))) == []
+
+
+# -- cudnn.benchmark measured: the capture's A/B (engine.capture.settings_ab) --------------------------------
+def _benchmark_off(s, **ab: str):
+    settings = {"cudnn_benchmark": "False", **ab}
+    return dataclasses.replace(s, evidence=dataclasses.replace(s.evidence, settings=settings))
+
+
+def _conv_run(conv_ms: float = 8.0):
+    return planted(clean_gpu(kernel_class_ms={"conv tc bf16 sm90": conv_ms, "other bf16": 2.0}),
+                   gemm_shapes=conv_shapes())
+
+
+def test_a_measured_benchmark_gain_is_the_time_at_stake_and_its_share_sets_the_severity():
+    """Convs under half the run (the assumption's info cap) but benchmark on measured 1.6 ms faster in 20 ms."""
+    s = _benchmark_off(_conv_run(), cudnn_ab_on_ms="18.4", cudnn_ab_off_ms="20.0", cudnn_ab_runs="5")
+    top = findings(s)[0]
+    assert top["rule"] == "cudnn_benchmark_off" and top["severity"] == "warning" and top["call_site"] == SITE
+    assert top["evidence"]["share"] == pytest.approx(1.6 / 20.0, abs=1e-4) and top["evidence"]["measured"]
+    assert top["evidence"]["ms_at_stake"] == pytest.approx(0.08 * 20.0, abs=1e-3)
+    assert "cudnn.benchmark on: 18.40 ms vs 20.00 ms off, 8.0 % of the run (medians of 5 each" in top["title"]
+    assert top["evidence"]["run_ms_benchmark_on"] == 18.4 and top["evidence"]["run_ms_benchmark_off"] == 20.0
+    assert "unknown" not in top["suggestion"] and "assumed" not in top["title"]
+    big = _benchmark_off(_conv_run(), cudnn_ab_on_ms="12.0", cudnn_ab_off_ms="20.0", cudnn_ab_runs="5")
+    assert by_rule(findings(big))["cudnn_benchmark_off"]["severity"] == "critical"  # 40 %: no cap when measured
+
+
+@pytest.mark.parametrize("on_ms", ["20.0", "20.6", "19.9"])
+def test_a_measured_benchmark_that_does_not_help_is_an_info_saying_so(on_ms: str):
+    s = _benchmark_off(_conv_run(14.0), cudnn_ab_on_ms=on_ms, cudnn_ab_off_ms="20.0", cudnn_ab_runs="5")
+    f = by_rule(findings(s))["cudnn_benchmark_off"]
+    assert f["severity"] == "info" and f["evidence"]["share"] == 0.0 and f["evidence"]["measured"]
+    assert "measured" in f["title"] and "on this card" in f["title"] and "nothing to change" in f["suggestion"]
+    # convs most of the run: the assumption alone would have said warning; the measurement says no
+    assert by_rule(findings(_benchmark_off(_conv_run(14.0))))["cudnn_benchmark_off"]["severity"] == "warning"
+    # a few convs (1 ms of 20) that benchmarking does not speed up: no line at all, as without the A/B
+    few = _benchmark_off(_conv_run(1.0), cudnn_ab_on_ms=on_ms, cudnn_ab_off_ms="20.0", cudnn_ab_runs="5")
+    assert "cudnn_benchmark_off" not in by_rule(findings(few))
+
+
+def test_without_the_ab_the_benchmark_gain_is_a_stated_assumption_capped_at_info():
+    f = by_rule(findings(_benchmark_off(_conv_run(8.0))))["cudnn_benchmark_off"]
+    assert f["severity"] == "info" and not f["evidence"]["measured"]
+    assert f["evidence"]["share"] == pytest.approx(0.1 * 8 / 20, abs=1e-4)
+    assert "assumed" in f["title"] and "not measured" in f["title"] and "assumed 10 %" in f["suggestion"]
+    overridden = _benchmark_off(_conv_run(8.0), cudnn_ab_overridden="True")
+    f = by_rule(findings(overridden))["cudnn_benchmark_off"]
+    assert f["evidence"]["tracker_sets_flag"] and "switched it off again" in f["title"]
+    assert "sets the flag itself" in f["suggestion"] and f["severity"] == "info"
+    # a CPU capture: no cuDNN, no finding, whatever the keys say
+    cpu = _benchmark_off(planted(clean_cpu(), gemm_shapes=conv_shapes()), cudnn_ab_on_ms="1", cudnn_ab_off_ms="20")
+    assert "cudnn_benchmark_off" not in by_rule(findings(cpu))
+
+
+def test_alternate_takes_turns_leaves_each_ways_first_run_untimed_and_restores_when_a_run_raises():
+    from engine.capture.settings_ab import alternate
+
+    seen: list[str] = []
+    restored: list[bool] = []
+
+    def way(name: str, ms: list[float]):
+        def run() -> float:
+            seen.append(name)
+            return ms[len([s for s in seen if s == name]) - 1]
+        return run
+
+    medians = alternate([way("a", [99.0, 1.0, 3.0, 2.0]), way("b", [99.0, 5.0, 5.0, 6.0])],
+                        lambda: restored.append(True), repeats=3)
+    assert medians == [2.0, 5.0] and seen == ["a", "b"] * 4 and restored == [True]
+
+    def boom() -> float:
+        raise RuntimeError("the tracker failed")
+
+    with pytest.raises(RuntimeError, match="tracker failed"):
+        alternate([way("c", [1.0] * 4), boom], lambda: restored.append(True), repeats=3)
+    assert restored == [True, True]
+
+
+def test_the_benchmark_ab_runs_each_way_in_a_fresh_thread_of_its_own_and_puts_the_flag_back():
+    """cuDNN's plan cache is per thread and keyed without the flag: each way gets a thread of its own (the
+    caller's thread, where the tracker ran, has the heuristic plans cached). The flag is back as it was."""
+    import threading
+
+    import torch
+
+    from engine.capture.settings_ab import CUDNN_AB_OFF_MS, CUDNN_AB_ON_MS, CUDNN_AB_RUNS, cudnn_ab, cudnn_benchmark_ab
+
+    before = torch.backends.cudnn.benchmark
+    runs: list[tuple[bool, int]] = []
+
+    def run_ms() -> float:
+        on = torch.backends.cudnn.benchmark
+        runs.append((on, threading.get_ident()))
+        return 4.0 if on else 5.0
+
+    result = cudnn_benchmark_ab(run_ms, repeats=3)
+    assert [on for on, _ in runs] == [True, False] * 4  # alternating, each way's first untimed
+    on_threads = {t for on, t in runs if on}
+    off_threads = {t for on, t in runs if not on}
+    assert len(on_threads) == len(off_threads) == 1 and on_threads != off_threads
+    assert threading.get_ident() not in on_threads | off_threads
+    assert float(result[CUDNN_AB_ON_MS]) == 4.0 and float(result[CUDNN_AB_OFF_MS]) == 5.0
+    assert result[CUDNN_AB_RUNS] == "3" and cudnn_ab(result) == (4.0, 5.0) and cudnn_ab({}) is None
+    assert torch.backends.cudnn.benchmark == before
+    assert not any(t.name.startswith("trackscope-ab") for t in threading.enumerate())  # the ways' threads ended
+
+
+def test_the_benchmark_ab_puts_the_flag_back_when_the_tracker_raises_and_voids_itself_if_the_tracker_sets_it():
+    import torch
+
+    from engine.capture.settings_ab import CUDNN_AB_OVERRIDDEN, cudnn_benchmark_ab
+
+    before = torch.backends.cudnn.benchmark
+    calls = []
+
+    def failing() -> float:
+        calls.append(torch.backends.cudnn.benchmark)
+        if len(calls) == 3:
+            raise RuntimeError("out of memory")
+        return 1.0
+
+    with pytest.raises(RuntimeError, match="out of memory"):
+        cudnn_benchmark_ab(failing, repeats=3)
+    assert torch.backends.cudnn.benchmark == before and len(calls) == 3
+
+    def sets_it_off() -> float:  # a tracker with `torch.backends.cudnn.benchmark = False` in its forward
+        torch.backends.cudnn.benchmark = False
+        return 1.0
+
+    assert cudnn_benchmark_ab(sets_it_off, repeats=2) == {CUDNN_AB_OVERRIDDEN: "True"}
+    assert torch.backends.cudnn.benchmark == before
+
+
+def test_a_plugin_call_inside_the_benchmark_ab_runs_in_the_ways_thread_not_on_the_plugins_worker():
+    """The guard runs a plugin call inline in an instrumented thread: the way's thread (empty plan cache) is where
+    the tracker's convs run, not the plugin's long-lived worker (whose cache holds the heuristic plans)."""
+    import threading
+
+    from engine.capture.settings_ab import cudnn_benchmark_ab
+    from engine.trackers.guard import call_plugin
+
+    worker = call_plugin("cudnn ab test", "start its worker", threading.get_ident)
+    where: list[tuple[int, int]] = []
+
+    def run_ms() -> float:
+        where.append((threading.get_ident(), call_plugin("cudnn ab test", "a run", threading.get_ident)))
+        return 1.0
+
+    cudnn_benchmark_ab(run_ms, repeats=1)
+    assert all(plugin == lane and plugin != worker for lane, plugin in where)
+
+
+def test_the_capture_runs_the_benchmark_ab_only_after_a_run_with_conv_kernels_and_the_flag_off(monkeypatch):
+    from types import SimpleNamespace
+
+    from engine.capture import profile, settings_ab
+
+    calls: list[int] = []
+    monkeypatch.setattr(settings_ab, "cudnn_benchmark_ab", lambda run_ms: calls.append(1) or {"k": "v"})
+
+    def result(flag: str, kernel: str, stopped: str | None = None, conv_us: float = 2000.0):
+        r = profile.CaptureResult(device="cuda:0")
+        r.settings = {"cudnn_benchmark": flag}
+        r.trace = SimpleNamespace(kernels=[SimpleNamespace(name=kernel, dur=conv_us)])  # type: ignore[assignment]
+        r.stopped = stopped
+        r.unprofiled_wall_ms = 20.0
+        return r
+
+    conv = "sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64"
+    assert profile._ab_cudnn(result("False", conv), lambda: 1.0) == {"k": "v"}
+    assert profile._ab_cudnn(result("True", conv), lambda: 1.0) == {}
+    assert profile._ab_cudnn(result("False", "void at::native::vectorized_elementwise_kernel<4>"), lambda: 1.0) == {}
+    assert profile._ab_cudnn(result("False", conv, stopped="op limit"), lambda: 1.0) == {}
+    assert profile._ab_cudnn(result("False", conv, conv_us=100.0), lambda: 1.0) == {}  # 0.1 of 20 ms: under 1 %
+    assert calls == [1]

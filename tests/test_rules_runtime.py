@@ -11,6 +11,7 @@ from engine.capture.evidence import CompileFacts, HostFacts, IdleBreakdown, Memo
 from engine.capture.summary import GapRow, RoundTripRow
 from tests.rules_cases import (
     H200_BYTES,
+    OTHER_SITE,
     SITE,
     GiB,
     MiB,
@@ -67,6 +68,74 @@ def test_large_allocation_says_what_its_function_sweeps_but_stakes_no_time_on_it
     f = by_rule(findings(planted(clean_gpu(), memory=big, functions=rows)))["large_allocation"]
     assert f["evidence"]["site_kernel_ms"] == pytest.approx(0.42) and f["severity"] == "info"
     assert f["evidence"]["share"] == 0.0 and "kernels take 0.42 ms (2.1 % of the run)" in f["title"]
+
+
+def _sweep(nbytes: int, ms: float = 2.0, count: int = 4, site: str = SITE, layer: str = "user",
+           kind: str = "buffer_sweep", length: int = 0):
+    from engine.capture.evidence import KernelGroup
+
+    return KernelGroup(kind, count, ms, ("vectorized_elementwise_kernel<FillFunctor>",), nbytes, length, site=site,
+                       layer=layer, stage="track", module="(forward body of T)")
+
+
+def test_large_allocation_stakes_the_kernels_that_sweep_the_whole_buffer_at_its_site():
+    """A 1 GiB buffer made every call whose fill and passes over all of it take 2 ms at its site: half of that
+    is at stake (sizing it to need), so a warning in a 20 ms run, with the bytes, site, kernels' ms and count."""
+    big = memory(largest_allocation_bytes=1 * GiB, allocated_bytes=2 * GiB, largest_allocation_site=SITE)
+    s = planted(clean_gpu(), memory=big, kernel_groups=(_sweep(4 * 2 * GiB),))
+    found = findings(s)
+    f = found[0]
+    assert f["rule"] == "large_allocation" and f["severity"] == "warning" and f["call_site"] == SITE
+    assert f["evidence"]["share"] == pytest.approx(0.5 * 2.0 / 20.0, abs=1e-4)
+    assert f["evidence"]["sweep_ms"] == 2.0 and f["evidence"]["sweep_kernels"] == 4
+    assert f"one allocation of 1.00 GiB per call at {SITE}: 4 kernels over all of it" in f["title"]
+    assert "take 2.00 ms (10.0 % of the run)" in f["title"] and "estimate" in f["suggestion"]
+    # 10 ms of sweeps: critical
+    s = planted(clean_gpu(), memory=big, kernel_groups=(_sweep(4 * 2 * GiB, ms=10.0),))
+    assert by_rule(findings(s))["large_allocation"]["severity"] == "critical"
+
+
+def test_large_allocation_counts_only_its_own_sites_whole_buffer_kernels_of_the_users_code():
+    big = memory(largest_allocation_bytes=1 * GiB, allocated_bytes=2 * GiB, largest_allocation_site=SITE)
+
+    def stake(*groups) -> tuple[float, str]:
+        f = by_rule(findings(planted(clean_gpu(), memory=big, kernel_groups=groups)))["large_allocation"]
+        return f["evidence"]["share"], f["severity"]
+
+    assert stake(_sweep(4 * 64 * MiB)) == (0.0, "info")  # passes over a slice of the buffer: not counted
+    assert stake(_sweep(4 * 2 * GiB, site=OTHER_SITE)) == (0.0, "info")  # another function's kernels
+    assert stake(_sweep(4 * 2 * GiB, layer="trackscope")) == (0.0, "info")  # trackscope's own work
+    assert stake(_sweep(4 * 2 * GiB, kind="elementwise_chain", length=4)) == (0.0, "info")  # no sweep group
+    assert stake(_sweep(4 * 2 * GiB, ms=0.1)) == (0.0, "info")  # 0.05 ms at stake: under 1 % of the run
+    # no site recorded (no Python stack): nothing at stake
+    nowhere = memory(largest_allocation_bytes=1 * GiB, allocated_bytes=2 * GiB)
+    f = by_rule(findings(planted(clean_gpu(), memory=nowhere, kernel_groups=(_sweep(4 * 2 * GiB),))))
+    assert f["large_allocation"]["evidence"]["share"] == 0.0
+
+
+def test_an_elementwise_chain_that_is_mostly_the_buffers_sweep_is_the_allocations_finding():
+    big = memory(largest_allocation_bytes=1 * GiB, allocated_bytes=2 * GiB, largest_allocation_site=SITE)
+    chain = _sweep(8 * 2 * GiB, ms=3.0, count=8, kind="elementwise_chain", length=8)
+    found = findings(planted(clean_gpu(), memory=big, kernel_groups=(_sweep(4 * 2 * GiB), chain)))
+    rules = by_rule(found)
+    assert "elementwise_chain" not in rules and found[0]["rule"] == "large_allocation"
+    assert rules["large_allocation"]["evidence"]["elementwise_chain_share"] > 0
+    # a chain at the site that is mostly other work (sweeps under half its time) stays its own finding
+    other = _sweep(8 * 2 * GiB, ms=10.0, count=8, kind="elementwise_chain", length=8)
+    rules = by_rule(findings(planted(clean_gpu(), memory=big, kernel_groups=(_sweep(4 * 2 * GiB), other))))
+    assert "elementwise_chain" in rules and "large_allocation" in rules
+
+
+def test_corrtracks_cost_volume_at_256_points_is_under_the_large_allocation_threshold():
+    """CorrTrack's correlation volume, N x T x 64 x 64 bf16 at 256 points and 47 frames (~94 MiB), is not a
+    large allocation (256 MiB, or a tenth of the card): the negative control gets no large_allocation."""
+    from engine.capture.rules_runtime import LARGE_ALLOCATION_BYTES
+
+    volume = 256 * 47 * 64 * 64 * 2
+    assert volume < LARGE_ALLOCATION_BYTES
+    facts = memory(largest_allocation_bytes=volume, allocated_bytes=4 * volume, largest_allocation_site=SITE)
+    found = findings(planted(clean_gpu(), memory=facts, kernel_groups=(_sweep(2 * volume, ms=3.0),)))
+    assert "large_allocation" not in by_rule(found)
 
 
 @pytest.mark.parametrize("used, severity", [(0.97, "warning"), (0.9, "info"), (0.5, None)])

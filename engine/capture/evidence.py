@@ -74,11 +74,13 @@ class KernelGroup:
     """Kernels of one problem class from one call site: layout transposes, contiguous copies, float64 work,
     elementwise chains, fp32 GEMMs in a reduced-precision run, ..."""
 
-    kind: str  # layout_transpose | contiguous_copy | fp64 | elementwise_chain | fp32_gemm | ...
+    #: layout_transpose | contiguous_copy | fp64 | elementwise_chain | fp32_gemm | buffer_sweep (kernels whose
+    #: op's tensors hold at least the run's largest allocation: its fill and the passes over all of it) | ...
+    kind: str
     count: int
     ms: float
     names: tuple[str, ...] = ()  # the top kernel (or op) names
-    bytes: int = 0  # estimated bytes moved (elementwise chains: inputs + outputs of each op)
+    bytes: int = 0  # estimated bytes moved (elementwise chains, buffer sweeps: inputs + outputs of each op)
     length: int = 0  # elementwise chains: kernels in the longest chain
     site: str | None = None
     layer: str = UNKNOWN

@@ -48,6 +48,9 @@ CPU_WORK_MIN_US = 50.0
 CHAIN_MIN = 3
 #: an elementwise CPU op over fewer elements than this is not worth fusing
 CHAIN_MIN_NUMEL = 1 << 12
+#: kernels whose op's tensors hold at least the run's largest allocation are a ``buffer_sweep`` group (the fill
+#: of a large buffer and every pass over all of it), kept only where that allocation is at least this large
+SWEEP_MIN_ALLOCATION_BYTES = 64 << 20
 #: bytes per element of the profiler's input type names
 ITEMSIZE = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "int": 4, "long int": 8, "bool": 1,
             "unsigned char": 1, "signed char": 1, "short int": 2, "c10::complex<float>": 8,
@@ -303,6 +306,8 @@ def gather_kernel_groups(ctx: _Context, precision: str) -> tuple[KernelGroup, ..
         chain.clear()
 
     last_stream: int | None = None
+    largest = _largest_allocation(ctx)
+    sweep_bytes = largest.bytes if largest is not None and largest.bytes >= SWEEP_MIN_ALLOCATION_BYTES else 0
     for k in ctx.trace.kernels:
         call = ctx.launcher(k.correlation)
         if call is None:
@@ -312,6 +317,10 @@ def gather_kernel_groups(ctx: _Context, precision: str) -> tuple[KernelGroup, ..
         ops = ctx.op_chain(call.tid, mid)
         names = {o.name for o in ops}
         cls = classify(k.name)
+        if sweep_bytes and ops:
+            moved = op_bytes(ops[-1])
+            if moved >= sweep_bytes:
+                groups.add("buffer_sweep", site, key, k.dur, k.name, moved)
         if LAYOUT_KERNEL.search(k.name):
             groups.add("layout_transpose", site, key, k.dur, k.name)
         elif COPY_KERNEL.search(k.name) and names & CONTIGUOUS_OPS:
@@ -507,6 +516,19 @@ def gather_functions(ctx: _Context, opaque: frozenset[str] = frozenset()) -> tup
 
 
 # -- memory -----------------------------------------------------------------------------------------------
+def _memory_events(ctx: _Context) -> list[Any]:
+    """The allocator's events in the run window: the device's on a GPU run, all of them on a CPU run."""
+    lo, hi = ctx.att.window
+    if not ctx.has_gpu:
+        return [m for m in ctx.trace.memory if lo <= m.start <= hi]
+    return [m for m in ctx.trace.memory if lo <= m.start <= hi and m.device_type == CUDA_DEVICE_TYPE]
+
+
+def _largest_allocation(ctx: _Context) -> Any:
+    """The run's largest allocation event, or None."""
+    return max((m for m in _memory_events(ctx) if m.bytes > 0), key=lambda m: m.bytes, default=None)
+
+
 def gather_memory(ctx: _Context, settings: dict[str, str]) -> MemoryFacts:
     mallocs = frees = 0
     malloc_us = free_us = 0.0
@@ -532,10 +554,7 @@ def gather_memory(ctx: _Context, settings: dict[str, str]) -> MemoryFacts:
                     site = stacks.site_of_frame(stacks.parents[i])
                     if empty_site is None and site.layer == USER:
                         empty_site = site.label
-    lo, hi = ctx.att.window
-    events = [m for m in ctx.trace.memory if lo <= m.start <= hi and m.device_type == CUDA_DEVICE_TYPE]
-    if not ctx.has_gpu:
-        events = [m for m in ctx.trace.memory if lo <= m.start <= hi]
+    events = _memory_events(ctx)
     allocs = [m for m in events if m.bytes > 0]
     largest = max(allocs, key=lambda m: m.bytes, default=None)
     largest_site = None

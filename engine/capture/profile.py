@@ -294,6 +294,29 @@ def _ab_threads(settings: dict[str, str], run_ms: Callable[[], float]) -> dict[s
         return {}
 
 
+def _ab_cudnn(result: CaptureResult, run_ms: Callable[[], float]) -> dict[str, str]:
+    """After a GPU capture whose run (to its end) had conv kernels with cudnn.benchmark off: the tracker's runs with
+    benchmark on against off (engine.capture.settings_ab.cudnn_benchmark_ab); nothing if a run fails. Not where
+    the convs are under ``REPORT_SHARE`` of the run (no saving of theirs could be reported), nor in a process with
+    compiled code (the A/B's function mode would be a new guard for dynamo: recompiles)."""
+    if result.settings.get("cudnn_benchmark") != "False" or result.trace is None or result.stopped:
+        return {}
+    from engine.capture.finding import REPORT_SHARE
+    from engine.capture.kernels import classify
+
+    conv_ms = sum(k.dur for k in result.trace.kernels if classify(k.name).kind == "conv") / 1e3
+    run = result.unprofiled_wall_ms or result.profiled_wall_ms or 0.0
+    if conv_ms <= 0 or conv_ms < REPORT_SHARE * run or _dynamo_counters().get("frames", {}).get("total", 0) > 0:
+        return {}
+    from engine.capture.settings_ab import cudnn_benchmark_ab
+
+    try:
+        return cudnn_benchmark_ab(run_ms)
+    except Exception as exc:  # noqa: BLE001 - the A/B is extra evidence: a failing run leaves the rule's assumption
+        log.warning("cudnn.benchmark A/B skipped: %s: %s", type(exc).__name__, exc)
+        return {}
+
+
 def _counter_deltas(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> dict[str, str]:
     """dynamo counters that moved during the captured run (``dynamo.<group>.<name>``), and the totals so far."""
     out: dict[str, str] = {}
@@ -498,6 +521,8 @@ def capture_run(
     assert result.trace is not None
     result.settings.update(_probe_threads(result.settings))
     result.settings.update(_ab_threads(result.settings, lambda: _timed(run_once, device)))
+    if use_cuda:
+        result.settings.update(_ab_cudnn(result, lambda: _timed(run_once, device)))
     if use_cuda and not result.trace.kernels and not result.trace.runtime:
         result.error = ("the capture recorded no CUDA activity (CUPTI unavailable or blocked?): "
                         "only CPU-side data is shown")

@@ -74,6 +74,9 @@ from engine.capture.summary import CaptureSummary
 
 Rule = Callable[[CaptureSummary, Context], list[Finding]]
 
+#: an elementwise chain is folded into the large allocation of its site when the buffer's sweep is this share of it
+SWEEP_OF_CHAIN = 0.5
+
 #: every rule, in the order they run (launch_bound_capture before gpu_idle_gaps: the idle rule reads what
 #: the launch rule claimed)
 RULES: tuple[Rule, ...] = (
@@ -176,6 +179,14 @@ def _same_module(child: Finding, owner: Finding) -> bool:
     return bool(child["module"]) and child["module"] == owner["module"]
 
 
+def _chain_sweeps_the_buffer(child: Finding, owner: Finding) -> bool:
+    """An elementwise chain at a large allocation's site that is mostly that buffer's fill and passes (the
+    allocation's sweep time at least half the chain's): sizing the buffer to need is the fix."""
+    sweep = owner["evidence"].get("sweep_ms", 0.0)
+    return (_same_site(child, owner) and owner["evidence"]["share"] > 0
+            and sweep >= SWEEP_OF_CHAIN * child["evidence"].get("ms", 0.0))
+
+
 def _named_by_their_cause(findings: list[Finding], ctx: Context) -> list[Finding]:
     """Related findings of one place named once, by the cause whose fix removes the others:
 
@@ -186,6 +197,7 @@ def _named_by_their_cause(findings: list[Finding], ctx: Context) -> list[Finding
       kernels is the copies' (or the layout's);
     - CUDA-core GEMMs in the module of a misaligned GEMM shape, and older-architecture kernels, are the
       misalignment's;
+    - an elementwise chain that is mostly a large buffer's fill and passes is the allocation's (sized to need);
     - recompiles at a graph break's site are the break's;
     - CPU ops of a host round trip are the round trip's.
     """
@@ -197,6 +209,7 @@ def _named_by_their_cause(findings: list[Finding], ctx: Context) -> list[Finding
                      which=lambda f: f["evidence"].get("kind") == "upload")
     findings = _fold(findings, "contiguous_copy", ("layout_transpose",), _same_site, ctx)
     findings = _fold(findings, "elementwise_chain", ("contiguous_copy", "layout_transpose"), _same_site, ctx)
+    findings = _fold(findings, "elementwise_chain", ("large_allocation",), _chain_sweeps_the_buffer, ctx)
     findings = _fold(findings, "no_tensor_cores", ("gemm_misaligned",), _same_module, ctx)
     # cuBLAS picks older-architecture kernels for shapes its newer ones cannot tile: the misalignment is the cause
     findings = _fold(findings, "legacy_arch_kernels", ("gemm_misaligned",),

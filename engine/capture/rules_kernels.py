@@ -8,8 +8,10 @@ Precision rules (float64, fp32 in reduced runs, TF32, tensor-core shapes) are in
 
 from __future__ import annotations
 
+from typing import Any
+
 from engine.capture.attribution import OUTSIDE_STAGES
-from engine.capture.evidence import KernelGroup
+from engine.capture.evidence import GemmShape, KernelGroup
 from engine.capture.finding import (
     FIX_GAIN,
     REPORT_SHARE,
@@ -26,6 +28,7 @@ from engine.capture.finding import (
     where,
 )
 from engine.capture.kernels import generation
+from engine.capture.settings_ab import CUDNN_AB_OVERRIDDEN, CUDNN_AB_RUNS, cudnn_ab
 from engine.capture.summary import ADAPTER_STAGES, CaptureSummary
 
 LAUNCH_COST_MS = 0.01  # host time per kernel launch from Python (measured ~10-15 us on the H200)
@@ -43,8 +46,10 @@ FUSED_PASSES = 2
 #: launch_bound_capture's), so the finding stays info. A CPU chain over large tensors (the evidence keeps only
 #: those) counts as memory-bound: the estimated default peak is too rough to judge it by
 MEMORY_BOUND_OF_PEAK = 0.3
-#: cudnn.benchmark picks the fastest algorithm per shape; what it gains is unknown without trying it, so a
-#: stated tenth of the conv time (NVIDIA's and PyTorch's guides report 0-30 % on fixed-shape convnets)
+#: cudnn.benchmark picks the fastest algorithm per shape; the capture measures what it gains (the tracker rerun
+#: with it on against off). Where that A/B is missing (older captures, compiled code, a tracker that sets the flag
+#: itself), an assumed tenth of the conv time (NVIDIA's and PyTorch's guides report 0-30 % on fixed-shape
+#: convnets; on the H200 the session-18 sweep of 32 fixed-shape convs read -1.7 % to +8 %), capped at info
 CUDNN_BENCHMARK_GAIN = 0.1
 CONV_MOST_OF_RUN = 0.5  # below this share of the run in convs, cudnn_benchmark_off stays at info
 
@@ -215,7 +220,13 @@ def legacy_arch_kernels(s: CaptureSummary, ctx: Context) -> list[Finding]:
 
 
 def cudnn_benchmark_off(s: CaptureSummary, ctx: Context) -> list[Finding]:
-    """Fixed-shape convs with cudnn.benchmark off: cuDNN's heuristic algorithm, not the measured fastest."""
+    """Fixed-shape convs with cudnn.benchmark off: cuDNN's heuristic algorithm, not the measured fastest.
+
+    Measured where the capture ran the tracker again with benchmark on against off (engine.capture.settings_ab):
+    the saving is at stake, its severity its share; no saving is an info saying so. Without that A/B (an older
+    capture, compiled code in the process, a tracker that switches the flag itself) an assumed share of the conv
+    time, capped at info unless convs are most of the run.
+    """
     if not s.has_gpu or not s.wall_ms or s.evidence.settings.get("cudnn_benchmark") != "False":
         return []
     shapes = [g for g in user_rows(s.evidence.gemm_shapes) if "conv" in g.op]
@@ -223,16 +234,57 @@ def cudnn_benchmark_off(s: CaptureSummary, ctx: Context) -> list[Finding]:
     if not shapes or conv_ms <= 0:
         return []
     conv_share = gpu_share_of(s, conv_ms)
+    top = max(shapes, key=lambda g: g.ms)
+    evidence = {"conv_ms": conv_ms, "conv_share": conv_share, "conv_shapes": len(shapes),
+                "calls": sum(g.count for g in shapes)}
+    measured = cudnn_ab(s.evidence.settings)
+    if measured is not None:
+        return _cudnn_measured(s, ctx, measured, top, evidence, CUDNN_BENCHMARK_GAIN * conv_share >= REPORT_SHARE)
     if CUDNN_BENCHMARK_GAIN * conv_share < REPORT_SHARE:
         return []
-    top = max(shapes, key=lambda g: g.ms)
+    overridden = s.evidence.settings.get(CUDNN_AB_OVERRIDDEN) == "True"
+    why = ("the tracker switched it off again during the capture's A/B, so it was not measured"
+           if overridden else "not measured in this capture")
     return [finding("cudnn_benchmark_off", CUDNN_BENCHMARK_GAIN * conv_share,
                     f"convolutions take {conv_ms:.1f} ms ({100 * conv_share:.0f} % of the run) with "
-                    f"torch.backends.cudnn.benchmark off ({len(shapes)} conv shapes{at(top.site)})",
-                    {"conv_ms": conv_ms, "conv_share": conv_share, "conv_shapes": len(shapes),
-                     "calls": sum(g.count for g in shapes), "assumed_gain": CUDNN_BENCHMARK_GAIN},
+                    f"torch.backends.cudnn.benchmark off ({len(shapes)} conv shapes{at(top.site)}); the gain of "
+                    f"turning it on is assumed, {why}",
+                    {**evidence, "assumed_gain": CUDNN_BENCHMARK_GAIN, "measured": False,
+                     "tracker_sets_flag": overridden},
                     "set torch.backends.cudnn.benchmark = True once at start-up (the shapes are fixed across "
                     "runs, so the search runs once per shape); the gain is unknown until tried: the estimate "
-                    f"here is a stated {100 * CUDNN_BENCHMARK_GAIN:.0f} % of the conv time",
+                    f"here is an assumed {100 * CUDNN_BENCHMARK_GAIN:.0f} % of the conv time"
+                    + (" (the tracker sets the flag itself: remove that line)" if overridden else ""),
                     typical_wall_ms=ctx["typical"], module=top.module, call_site=top.site,
                     most_severe="critical" if conv_share >= CONV_MOST_OF_RUN else "info")]
+
+
+def _cudnn_measured(s: CaptureSummary, ctx: Context, measured: tuple[float, float], top: GemmShape,
+                    evidence: dict[str, Any], worth_saying: bool) -> list[Finding]:
+    """The finding from the capture's benchmark on/off A/B: what turning it on saved, as a share of the run; no
+    saving is an info where the convs are a share the assumption would have named (``worth_saying``), else
+    nothing (every tracker with a few convs would get the line)."""
+    on, off = measured
+    saved = off - on
+    share = saved / off if off > 0 else 0.0  # of the unprofiled run it was measured on
+    runs = s.evidence.settings.get(CUDNN_AB_RUNS, "")
+    evidence = {**evidence, "run_ms_benchmark_on": on, "run_ms_benchmark_off": off, "ab_runs": runs,
+                "measured": True}
+    suggestion = ("set torch.backends.cudnn.benchmark = True once at start-up (the shapes are fixed across runs, "
+                  "so the search runs once per shape, in the first call)")
+    if share < REPORT_SHARE and not worth_saying:
+        return []
+    if share < REPORT_SHARE:
+        gain = "no gain" if saved <= 0 else f"a gain of {100 * share:.1f} % of the run, under the 1 % a finding needs"
+        return [finding("cudnn_benchmark_off", 0.0,
+                        f"torch.backends.cudnn.benchmark off, measured: on {on:.2f} ms vs {off:.2f} ms off "
+                        f"(medians of {runs} each): {gain} on this card ({evidence['conv_shapes']} conv shapes, "
+                        f"{evidence['conv_ms']:.1f} ms of convs{at(top.site)})",
+                        evidence, "nothing to change here: cuDNN's heuristics already pick what benchmarking picks "
+                        "for these shapes on this card (another card or cuDNN version may differ)",
+                        typical_wall_ms=ctx["typical"], module=top.module, call_site=top.site)]
+    return [finding("cudnn_benchmark_off", share,
+                    f"cudnn.benchmark on: {on:.2f} ms vs {off:.2f} ms off, {100 * share:.1f} % of the run "
+                    f"(medians of {runs} each; {evidence['conv_shapes']} conv shapes, {evidence['conv_ms']:.1f} ms "
+                    f"of convs{at(top.site)})",
+                    evidence, suggestion, typical_wall_ms=ctx["typical"], module=top.module, call_site=top.site)]

@@ -21,6 +21,7 @@ from engine.capture.finding import (
     share_of,
     size,
     tracker_wall_ms,
+    user_rows,
 )
 from engine.capture.rules_sync import SYNC_COST_MS
 from engine.capture.summary import ADAPTER_STAGES, CaptureSummary
@@ -30,8 +31,12 @@ from engine.capture.threads import AB_RUNS, PROBE_FAIR_MS, PROBE_MS, ab_saving_m
 FREE_SYNC_MS = SYNC_COST_MS
 MiB = 1 << 20
 GiB = 1 << 30
-LARGE_ALLOCATION_BYTES = 256 * MiB  # one allocation per call this large is worth reusing (info: memory)
+LARGE_ALLOCATION_BYTES = 256 * MiB  # one allocation per call this large is worth a look
 LARGE_ALLOCATION_OF_CAPACITY = 0.1  # ... or this share of the card's memory
+#: a kernel group counts as a sweep of the allocation when its op's tensors (read and written) average at least
+#: this multiple of the allocation per kernel: a fill or a read-write pass over all of it is about 2x, a pass
+#: over a slice of it less
+SWEEP_BYTES_OF_ALLOCATION = 1.0
 NEAR_CAPACITY_INFO = 0.85  # peak reserved over capacity: info from here
 NEAR_CAPACITY_WARNING = 0.95  # warning from here (the next larger input runs out of memory)
 FRAGMENTATION_RATIO = 1.5  # reserved over allocated peak above this: the pool holds unused blocks
@@ -75,11 +80,14 @@ def allocator_churn(s: CaptureSummary, ctx: Context) -> list[Finding]:
 
 
 def large_allocation(s: CaptureSummary, ctx: Context) -> list[Finding]:
-    """A very large allocation in every call: memory held per call that a reused buffer would not need.
+    """A very large allocation in every call: a buffer sized for the worst case, made (and swept) each call.
 
-    No time at stake (share 0, so info): the caching allocator serves a repeated size from its pool, and
-    allocator time in the run is allocator_churn's; what is at stake is memory (how close the card is to
-    full is memory_near_capacity's). The kernel time of the allocating function is said as context.
+    At stake: the GPU time, at the allocation's call site, of the kernels whose op's tensors hold at least the
+    allocation (``buffer_sweep`` groups: its fill and every pass over all of it), times ``FIX_GAIN``: what sizing
+    the buffer to the call's need, or reusing it, saves; an estimate, since the capture cannot see how much of
+    the buffer a call uses. Allocator driver time is allocator_churn's (the pool serves a repeated size). Info
+    (share 0) where those kernels are a negligible share or the capture has no such groups (a CPU capture, one
+    made before them): what is at stake then is memory (how close the card is to full is memory_near_capacity's).
     """
     m = s.evidence.memory
     big = m.largest_allocation_bytes
@@ -88,24 +96,39 @@ def large_allocation(s: CaptureSummary, ctx: Context) -> list[Finding]:
         threshold = min(threshold, int(LARGE_ALLOCATION_OF_CAPACITY * m.capacity_bytes))
     if not big or big < threshold or not s.wall_ms:
         return []
+    site = m.largest_allocation_site
     of_capacity = big / m.capacity_bytes if m.capacity_bytes else 0.0
-    # what the allocating function's kernels take (filling and sweeping the buffer among them): context, not time
-    # at stake, since the capture cannot tell the part of the buffer a call needs from the part it does not
-    site_ms = sum(r.kernel_ms for r in s.evidence.functions if m.largest_allocation_site
-                  and r.site == m.largest_allocation_site)
+    # what the allocating function's kernels take, all of them: context for the title
+    site_ms = sum(r.kernel_ms for r in s.evidence.functions if site and r.site == site)
+    sweeps = [g for g in user_rows(s.evidence.kernel_groups) if g.kind == "buffer_sweep" and site
+              and g.site == site and g.count and g.bytes / g.count >= SWEEP_BYTES_OF_ALLOCATION * big]
+    sweep_ms, sweep_kernels = sum(g.ms for g in sweeps), sum(g.count for g in sweeps)
+    share = gpu_share_of(s, FIX_GAIN * sweep_ms)
+    held = (f"{size(m.allocated_bytes)} allocated in the run over {m.allocations} allocations; "
+            f"{100 * of_capacity:.1f} % of the card")
+    evidence = {"largest_allocation_bytes": big, "allocated_bytes": m.allocated_bytes,
+                "allocations": m.allocations, "capacity_bytes": m.capacity_bytes, "of_capacity": of_capacity,
+                "site_kernel_ms": site_ms, "sweep_ms": sweep_ms, "sweep_kernels": sweep_kernels,
+                "fix_gain": FIX_GAIN, "names": [n for g in sweeps for n in g.names][:3]}
+    if share >= REPORT_SHARE:
+        return [finding("large_allocation", share,
+                        f"one allocation of {size(big)} per call{at(site)}: {sweep_kernels} kernels over all of it "
+                        f"(its fill, passes over the whole buffer) take {sweep_ms:.2f} ms "
+                        f"({100 * gpu_share_of(s, sweep_ms):.1f} % of the run) ({held})",
+                        evidence,
+                        "size the buffer to what the call needs (this input's frames and points, not the longest "
+                        "supported) or allocate it once and reuse it, zeroing only the part a call uses; the time at "
+                        f"stake is an estimate, {100 * FIX_GAIN:.0f} % of those kernels' time: the capture cannot see "
+                        "how much of the buffer a call uses",
+                        typical_wall_ms=ctx["typical"], call_site=site)]
     swept = (f"; its function's kernels take {site_ms:.2f} ms ({100 * gpu_share_of(s, site_ms):.1f} % of the run)"
              if site_ms > 0 else "")
-    f = finding("large_allocation", 0.0,
-                f"one allocation of {size(big)} per call{at(m.largest_allocation_site)} "
-                f"({size(m.allocated_bytes)} allocated in the run over {m.allocations} allocations; "
-                f"{100 * of_capacity:.1f} % of the card){swept}",
-                {"largest_allocation_bytes": big, "allocated_bytes": m.allocated_bytes,
-                 "allocations": m.allocations, "capacity_bytes": m.capacity_bytes, "of_capacity": of_capacity,
-                 "site_kernel_ms": site_ms},
-                "allocate the buffer once and reuse it across calls (a preallocated tensor written with out= "
-                "or in-place ops), or process the points/frames in chunks so the peak shrinks",
-                typical_wall_ms=ctx["typical"], call_site=m.largest_allocation_site)
-    return [f]
+    return [finding("large_allocation", 0.0,
+                    f"one allocation of {size(big)} per call{at(site)} ({held}){swept}",
+                    evidence,
+                    "allocate the buffer once and reuse it across calls (a preallocated tensor written with out= "
+                    "or in-place ops), or process the points/frames in chunks so the peak shrinks",
+                    typical_wall_ms=ctx["typical"], call_site=site)]
 
 
 def memory_near_capacity(s: CaptureSummary, ctx: Context) -> list[Finding]:

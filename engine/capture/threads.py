@@ -5,7 +5,8 @@ Two measurements, the second preferred where it exists:
 - ``oversubscription_ab``: the tracker itself, unprofiled, a few runs at the run's thread count and as many at
   the core count, alternating (its own CPU ops, in the thread they run in: the plugin guard's worker as well as
   this one; a ``torch.set_num_threads`` the tracker makes itself while the fair runs go on is held at the core
-  count). The medians' difference is what ``torch.set_num_threads(cores)`` saves the run. On the H200 machine the
+  count). The medians' difference is what ``torch.set_num_threads(cores)`` saves the run. The loop is
+  ``engine.capture.settings_ab.alternate``, shared with the cuDNN benchmark A/B. On the H200 machine the
   stand-in op below read a third of the loss that the re-planted field plugin's own 116 CPU ops had (0.055 ms per
   op in the bench process against 0.19 ms when those ops were timed alone): a stand-in is not the user's ops.
 - ``oversubscription_probe``: one stand-in parallel op timed at both counts (kept for captures without a
@@ -27,6 +28,8 @@ from __future__ import annotations
 
 import statistics
 import time
+
+from engine.capture.settings_ab import alternate
 
 #: elements of the probe op: above at::parallel_for's grain (32,768), so it runs as one parallel region
 PROBE_ELEMENTS = 1 << 20
@@ -105,25 +108,23 @@ def oversubscription_ab(run_ms, threads: int, cores: int, repeats: int = AB_REPE
     def capped(n: int) -> None:
         real(max(1, min(int(n), cores)))
 
-    over: list[float] = []
-    fair: list[float] = []
-    try:
-        for i in range(repeats + 1):
-            torch.set_num_threads = capped  # type: ignore[assignment]
-            everywhere(cores)
-            ms = run_ms()
-            if i:
-                fair.append(ms)
-            torch.set_num_threads = real  # type: ignore[assignment]
-            everywhere(threads)
-            ms = run_ms()
-            if i:
-                over.append(ms)
-    finally:
+    def fair_run() -> float:
+        torch.set_num_threads = capped  # type: ignore[assignment]
+        everywhere(cores)
+        return run_ms()
+
+    def over_run() -> float:
+        torch.set_num_threads = real  # type: ignore[assignment]
+        everywhere(threads)
+        return run_ms()
+
+    def restore() -> None:
         torch.set_num_threads = real  # type: ignore[assignment]
         everywhere(threads)
         real(before)
-    return {AB_MS: f"{statistics.median(over):.4f}", AB_FAIR_MS: f"{statistics.median(fair):.4f}",
+
+    fair, over = alternate([fair_run, over_run], restore, repeats)
+    return {AB_MS: f"{over:.4f}", AB_FAIR_MS: f"{fair:.4f}",
             AB_RUNS: str(repeats), PROBE_THREADS: str(threads)}
 
 

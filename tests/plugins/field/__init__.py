@@ -27,7 +27,7 @@ call it when done (``scripts/diagnose_field.py`` does).
 | launch_bound_loop | a filter of ~10 tiny ops x 10 steps per frame | launch_bound_capture |
 | elementwise_chain | 12 unfused elementwise ops over the correlation volume | elementwise_chain |
 | allocator_churn | a float32 scratch copy per chunk of frames, ``empty_cache()`` after each | allocator_churn |
-| large_alloc_per_call | 1024 x H x W float32 vote volumes made every call (256 MiB at 256^2) | large_allocation |
+| large_alloc_per_call | 4096 x H x W float32 vote volumes made every call (1 GiB at 256^2) | large_allocation |
 | recompile_each_call | a compiled helper given the call counter (an int guard) | recompile |
 | graph_break | ``.item()`` inside a compiled function | graph_break |
 | host_python_loop | pure-Python weight table per point and frame | host_bound |

@@ -2,6 +2,10 @@
 
 Every call has the same shapes, the case cuDNN's autotuner is for; without it cuDNN takes its heuristic
 choice for the dilated and 5x5 convs at half resolution.
+
+The body's convs are the module-level ``BODY`` table (kernel, dilation, groups: one row per residual conv at
+half resolution, ``WIDTH`` channels), so a re-plant on a conv family that ``scripts/cudnn_sweep.py`` measures a
+real gain for on the card changes the table, not the code.
 """
 
 from __future__ import annotations
@@ -13,19 +17,23 @@ from tests.plugins.field.common import frames_to_float, seeded, track
 
 WIDTH = 32
 FEATURE_CHANNELS = 16
+#: the residual convs at H/2 as (kernel, dilation, groups); padding keeps the size: dilation * (kernel - 1) / 2
+BODY: tuple[tuple[int, int, int], ...] = (
+    (3, 2, 1),
+    (5, 1, 1),
+    (3, 4, 1),
+    (5, 1, 1),
+)
 
 
 class ConvHeavyBackbone(nn.Module):
-    """frames [T, 3, H, W] -> unit features [T, C, H/4, W/4]: six convs, four of them at H/2."""
+    """frames [T, 3, H, W] -> unit features [T, C, H/4, W/4]: a stem, the ``BODY`` convs at H/2, a head."""
 
     def __init__(self):
         super().__init__()
         self.stem = nn.Conv2d(3, WIDTH, 3, stride=2, padding=1)
         self.body = nn.ModuleList([
-            nn.Conv2d(WIDTH, WIDTH, 3, padding=2, dilation=2),
-            nn.Conv2d(WIDTH, WIDTH, 5, padding=2),
-            nn.Conv2d(WIDTH, WIDTH, 3, padding=4, dilation=4),
-            nn.Conv2d(WIDTH, WIDTH, 5, padding=2),
+            nn.Conv2d(WIDTH, WIDTH, k, padding=d * (k - 1) // 2, dilation=d, groups=g) for k, d, g in BODY
         ])
         self.head = nn.Conv2d(WIDTH, FEATURE_CHANNELS, 3, stride=2, padding=1)
 
