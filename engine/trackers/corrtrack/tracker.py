@@ -13,9 +13,11 @@ warm call took about half the time, but first runs took 16-62 s to compile, so i
 (cold start). ``compile="background"`` (TRACKSCOPE_CORRTRACK_COMPILE=background; opt-in) runs eagerly at
 once and compiles in a background thread (engine.trackers.compiled_switch), switching to the compiled functions
 from the batch after it is done; Inductor's caches persist in a keyed private folder
-(engine.trackers.compile_cache) for a later start. On the H200 that second start did not reach compiled code
-within 60 s (session 18, scripts/compile_cache_h200.py): not yet what it is for. A compile that fails
-falls back to the uncompiled code for good. How the two threads stay off each other: ``_compile_job``.
+(engine.trackers.compile_cache) for a later start. With the dynamo backend that second start did not reach
+compiled code within 60 s on the H200 (session 18); the default backend, "aoti" (compile_packages), keeps an
+AOTInductor package per call signature and loads them before a later start's first batch (CPU-checked; the
+H200 measurement is pending: scripts/compile_second_start_h200.py). A compile that fails falls back to the
+uncompiled code for good. How the two threads stay off each other: ``_compile_job``.
 int8/fp8 (engine.trackers.quant): a quantised copy of the network, made once per mode and device, runs
 them; the float model is never touched, so fp32/tf32/fp16/bf16 run as before. Quantised: the backbone's
 1x1 projections, the correlation volume's matmul (per-query x per-position dynamic scales), query_in, the
