@@ -365,7 +365,7 @@ class CorrTrackTracker(Tracker):
             elif job is not None:
                 self.switch.request(keys, job)
         self._local.use_compiled = use
-        if use and self.compile_ready_after_s is None:
+        if use and len(keys) > 1 and self.compile_ready_after_s is None:  # a track call's: the whole batch
             self.compile_ready_after_s = time.perf_counter() - self._created
         return use
 
