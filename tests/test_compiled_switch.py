@@ -143,7 +143,8 @@ class _StandIn:
 
 
 def _tracker(monkeypatch, tmp_path: Path, stand_in: _StandIn, mode: str = "background") -> CorrTrackTracker:
-    tracker = CorrTrackTracker(model=CorrTrackNet(TINY), compile=mode, compile_cache_root=tmp_path)
+    tracker = CorrTrackTracker(model=CorrTrackNet(TINY), compile=mode, compile_cache_root=tmp_path,
+                               compile_backend="dynamo")
     monkeypatch.setattr(tracker, "_compiling", lambda device: True)  # as on CUDA
     monkeypatch.setattr(torch, "compile", stand_in.compile)
     monkeypatch.setattr(torch._dynamo, "run", stand_in.run)
@@ -316,7 +317,8 @@ def test_with_real_inductor_the_run_after_the_switch_runs_the_jobs_compiled_code
     the switch run compiled regions (seen by the profiler) and never compile; the tracks match eager's."""
     from torch.profiler import ProfilerActivity, profile
 
-    tracker = CorrTrackTracker(model=CorrTrackNet(TINY), compile="background", compile_cache_root=tmp_path)
+    tracker = CorrTrackTracker(model=CorrTrackNet(TINY), compile="background", compile_cache_root=tmp_path,
+                               compile_backend="dynamo")
     monkeypatch.setattr(tracker, "_compiling", lambda device: True)
     monkeypatch.setenv(INDUCTOR_CACHE_ENV, str(CompileCache(tmp_path, environment_key("cpu")).folder))
     config = RunConfig(device="cpu", precision="fp32", points_per_batch=len(QUERIES))

@@ -253,7 +253,7 @@ _InductorFailure.__module__ = "torch._inductor.exc"
 
 
 def test_a_failing_compile_falls_back_to_the_plain_code_and_says_why() -> None:
-    tracker = CorrTrackTracker(model=CorrTrackNet(TINY), compile=True)
+    tracker = CorrTrackTracker(model=CorrTrackNet(TINY), compile=True, compile_backend="dynamo")
     tracker._compiled["refine_step"] = object()  # as if a compiled function had been made
     calls = []
 
@@ -270,7 +270,7 @@ def test_a_failing_compile_falls_back_to_the_plain_code_and_says_why() -> None:
     # anything else, and out-of-memory errors, still reach the caller
     with pytest.raises(ValueError):
         tracker._with_fallback(lambda: (_ for _ in ()).throw(ValueError("bad queries")))
-    oom = CorrTrackTracker(model=CorrTrackNet(TINY), compile=True)
+    oom = CorrTrackTracker(model=CorrTrackNet(TINY), compile=True, compile_backend="dynamo")
     oom._compiled["x"] = object()
 
     def out_of_memory() -> None:

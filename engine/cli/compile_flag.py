@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import os
 
-from engine.core.flags import CORRTRACK_COMPILE
+from engine.core.flags import CORRTRACK_COMPILE, CORRTRACK_COMPILE_BACKEND
 
 COMPILE_CHOICES = ("off", "on", "background")
+#: how the compiled code is made (engine.trackers.corrtrack.tracker.COMPILE_BACKENDS)
+BACKEND_CHOICES = ("aoti", "dynamo")
 
 
 def add_compile_argument(p: argparse.ArgumentParser) -> None:
@@ -20,10 +22,16 @@ def add_compile_argument(p: argparse.ArgumentParser) -> None:
                    help="CorrTrack through torch.compile (CUDA): off (default), on (compile before the first "
                         "batch), background (eager at once, compiled from the batch after the compile ends); "
                         "Inductor's caches are kept on disk for a later start")
+    p.add_argument("--compile-backend", choices=BACKEND_CHOICES, default=None,
+                   help="how: aoti (AOTInductor packages kept on disk, loaded without tracing on a later start; "
+                        "the default) or dynamo (torch.compile)")
 
 
 def apply_compile_flag(args: argparse.Namespace) -> None:
-    """Set TRACKSCOPE_CORRTRACK_COMPILE from ``--compile`` when it was given."""
+    """Set TRACKSCOPE_CORRTRACK_COMPILE (and _BACKEND) from ``--compile`` (``--compile-backend``) when given."""
     value = getattr(args, "compile", None)
     if value is not None:
         os.environ[CORRTRACK_COMPILE] = value
+    backend = getattr(args, "compile_backend", None)
+    if backend is not None:
+        os.environ[CORRTRACK_COMPILE_BACKEND] = backend

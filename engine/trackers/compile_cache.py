@@ -183,10 +183,11 @@ class CompileCache:
     def activate(self, environ: dict[str, str] | None = None) -> bool:
         """Point Inductor's on-disk caches at this folder (a process-wide setting, made before the first
         compile); False, with ``note`` saying why, when the user set TORCHINDUCTOR_CACHE_DIR already (theirs
-        is kept) or the folder is not private to this user."""
+        is kept; torch's own default, which importing torch._dynamo sets, is not the user's) or the folder is
+        not private to this user."""
         env = os.environ if environ is None else environ
         current = env.get(INDUCTOR_CACHE_ENV)
-        if current and Path(current) != self.folder:
+        if current and Path(current) != self.folder and not _torch_default(current):
             self.note = f"{INDUCTOR_CACHE_ENV}={current} is set: torch's compile cache stays there"
             log.info(self.note)
             return False
@@ -198,6 +199,18 @@ class CompileCache:
         env[INDUCTOR_CACHE_ENV] = str(self.folder)
         _inductor_caches_on()
         return True
+
+
+def _torch_default(folder: str) -> bool:
+    """Whether ``folder`` is torch's default cache folder: importing torch._dynamo or torch._inductor sets
+    TORCHINDUCTOR_CACHE_DIR to it (torch/_inductor/runtime/cache_dir_utils.py ``cache_dir``), so an eager run
+    that imported them first is not a user's choice and the keyed folder replaces it."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        return Path(folder).resolve() == Path(default_cache_dir()).resolve()
+    except Exception:  # another torch layout: keep what is set
+        return False
 
 
 def private_folder_problem(folder: Path) -> str:

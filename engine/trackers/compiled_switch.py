@@ -28,6 +28,10 @@ COMPILE_MODES = ("off", "on", "background")
 THREAD_NAME = "trackscope-compile"
 #: state words (the label a report and the app show is ``CompileStatus.label``)
 IDLE, COMPILING, COMPILED, FAILED = "idle", "compiling", "compiled", "failed"
+#: RetryLater repeats of one job before the switch gives up (FAILED, saying why): a job cannot retry forever
+MAX_RETRIES = 3
+#: the most events a JobLog keeps
+MAX_JOB_EVENTS = 64
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,7 @@ class CompileStatus:
     seconds: float | None = None
     from_cache: bool = False
     error: str = ""
+    retries: int = 0  # RetryLater repeats of the current (or last) job
 
     @property
     def label(self) -> str:
@@ -61,7 +66,41 @@ class CompileStatus:
             out["from_cache"] = self.from_cache
         if self.error:
             out["error"] = self.error
+        if self.retries:
+            out["retries"] = self.retries
         return out
+
+
+class JobLog:
+    """What a compile job did, for the log and the report: timed events (start, each function compiled or
+    loaded, cache counts, retries, end or failure), kept to MAX_JOB_EVENTS, written to ``logger`` as they come."""
+
+    def __init__(self, logger: logging.Logger, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._log = logger
+        self._clock = clock
+        self._t0 = clock()
+        self._lock = threading.Lock()
+        self.events: list[dict[str, Any]] = []
+        self.fields: dict[str, Any] = {}
+
+    def restart(self) -> None:
+        with self._lock:
+            self._t0 = self._clock()
+
+    def event(self, text: str, **fields: Any) -> None:
+        """Log ``text`` (seconds since the job started in front) and keep it with ``fields``."""
+        with self._lock:
+            at = round(self._clock() - self._t0, 3)
+            self.events = [*self.events, {"t_s": at, "event": text, **fields}][-MAX_JOB_EVENTS:]
+        self._log.info("compile job +%.2f s: %s", at, text)
+
+    def set(self, **fields: Any) -> None:
+        with self._lock:
+            self.fields.update(fields)
+
+    def to_dict(self) -> dict[str, Any]:
+        with self._lock:
+            return {**self.fields, "events": list(self.events)}
 
 
 #: a job returns whether its compile came from the on-disk cache
@@ -89,6 +128,7 @@ class CompiledSwitch:
         self._done.set()
         self._listeners: list[Callable[[CompileStatus], Any]] = []
         self._status = CompileStatus(mode, IDLE)
+        self._retries = 0  # RetryLater repeats since the last job that ended otherwise
 
     # -- queries, from any thread ------------------------------------------------------------------------
     def ready(self, key: Hashable) -> bool:
@@ -128,8 +168,11 @@ class CompiledSwitch:
             self._pending = set(keys)
             self._done.clear()
             self._thread = threading.Thread(target=self._run, args=(keys, job), name=THREAD_NAME, daemon=True)
-            self._set(CompileStatus(self.mode, COMPILING, self._status.seconds, self._status.from_cache))
+            self._set(CompileStatus(self.mode, COMPILING, self._status.seconds, self._status.from_cache,
+                                    retries=self._retries))
             self._thread.start()
+        log.info("background compile started in thread %s (%d keys%s)", THREAD_NAME, len(keys),
+                 f", retry {self._retries}" if self._retries else "")
         self._notify()
         return True
 
@@ -143,6 +186,13 @@ class CompiledSwitch:
                 return True
         self._execute(keys, job)
         return self.ready(keys[0]) if keys else False
+
+    def adopt(self, keys: Iterable[Hashable], seconds: float, from_cache: bool = True) -> None:
+        """Mark ``keys`` ready without a job (their compiled code was loaded by the caller, e.g. from disk)."""
+        with self._lock:
+            self._ready.update(keys)
+            self._set(CompileStatus(self.mode, COMPILED, seconds, from_cache))
+        self._notify()
 
     def _run(self, keys: tuple[Hashable, ...], job: Job) -> None:
         try:
@@ -158,18 +208,31 @@ class CompiledSwitch:
         try:
             from_cache = bool(job())
         except RetryLater as exc:
-            log.info("background compile to be repeated: %s", exc)
             with self._lock:
-                self._set(CompileStatus(self.mode, IDLE, self._status.seconds, self._status.from_cache))
+                self._retries += 1
+                retries = self._retries
+                if retries > MAX_RETRIES:
+                    error = f"RetryLater: gave up after {MAX_RETRIES} retries: {exc}"
+                    self._set(CompileStatus(self.mode, FAILED, self._clock() - t0, False, error, retries))
+                else:
+                    self._set(CompileStatus(self.mode, IDLE, self._status.seconds, self._status.from_cache,
+                                            retries=retries))
+            if retries > MAX_RETRIES:
+                log.warning("background compile gave up after %d retries, runs stay eager: %s", MAX_RETRIES, exc)
+            else:
+                log.info("background compile to be repeated (retry %d of %d): %s", retries, MAX_RETRIES, exc)
         except Exception as exc:  # a compile error, a lost device: eager for good, saying why
             error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             log.warning("background compile failed, runs stay eager: %s", error)
             with self._lock:
-                self._set(CompileStatus(self.mode, FAILED, self._clock() - t0, False, error))
+                self._set(CompileStatus(self.mode, FAILED, self._clock() - t0, False, error, self._retries))
         else:
             with self._lock:
                 self._ready.update(keys)
+                self._retries = 0
                 self._set(CompileStatus(self.mode, COMPILED, self._clock() - t0, from_cache))
+            log.info("compile done in %.2f s (%s), %d keys ready", self._clock() - t0,
+                     "from the cache" if from_cache else "compiled", len(keys))
         self._notify()
 
     def _set(self, status: CompileStatus) -> None:

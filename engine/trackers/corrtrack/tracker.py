@@ -13,9 +13,11 @@ warm call took about half the time, but first runs took 16-62 s to compile, so i
 (cold start). ``compile="background"`` (TRACKSCOPE_CORRTRACK_COMPILE=background; opt-in) runs eagerly at
 once and compiles in a background thread (engine.trackers.compiled_switch), switching to the compiled functions
 from the batch after it is done; Inductor's caches persist in a keyed private folder
-(engine.trackers.compile_cache) for a later start. On the H200 that second start did not reach compiled code
-within 60 s (session 18, scripts/compile_cache_h200.py): not yet what it is for. A compile that fails
-falls back to the uncompiled code for good. How the two threads stay off each other: ``_compile_job``.
+(engine.trackers.compile_cache) for a later start. With the dynamo backend that second start did not reach
+compiled code within 60 s on the H200 (session 18); the default backend, "aoti" (compile_packages), keeps an
+AOTInductor package per call signature and loads them before a later start's first batch (CPU-checked; the
+H200 measurement is pending: scripts/compile_second_start_h200.py). A compile that fails falls back to the
+uncompiled code for good. How the two threads stay off each other: ``_compile_job``.
 int8/fp8 (engine.trackers.quant): a quantised copy of the network, made once per mode and device, runs
 them; the float model is never touched, so fp32/tf32/fp16/bf16 run as before. Quantised: the backbone's
 1x1 projections, the correlation volume's matmul (per-query x per-position dynamic scales), query_in, the
@@ -27,6 +29,8 @@ ops, shapes static, the kernel check runs before any capture); a failing capture
 from __future__ import annotations
 
 import copy
+import logging
+import os
 import threading
 import time
 import weakref
@@ -43,9 +47,18 @@ from engine.core.flags import env_flag
 from engine.core.pixels import resample_coordinates
 from engine.core.precision import QUANT_MODES, autocast_dtype
 from engine.core.stages import BUILTIN_STAGES, StageTimer
+from engine.trackers import compile_packages
 from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult
-from engine.trackers.compile_cache import CompileCache, Variant, inductor_cache_counts
-from engine.trackers.compiled_switch import COMPILE_MODES, FAILED, CompiledSwitch, CompileStatus, RetryLater
+from engine.trackers.compile_cache import INDUCTOR_CACHE_ENV, CompileCache, Variant, inductor_cache_counts
+from engine.trackers.compile_packages import PackageCallError, Packaged, PackageStore, call_key, describe_call
+from engine.trackers.compiled_switch import (
+    COMPILE_MODES,
+    FAILED,
+    CompiledSwitch,
+    CompileStatus,
+    JobLog,
+    RetryLater,
+)
 from engine.trackers.corrtrack.graphs import GraphCache, GraphCaptureError
 from engine.trackers.corrtrack.model import MODEL_SIZE, CorrTrackNet, count_parameters, visible_from_logits
 from engine.trackers.corrtrack.polish import PolishConfig, grey_frames, ncc_polish
@@ -55,12 +68,19 @@ from engine.trackers.quant import QuantReport, quantize_module, recipe_for
 NO_GRAPHS_ENV = flags.NO_CUDA_GRAPHS
 POLISH_ENV = flags.CORRTRACK_POLISH  # false turns the NCC polish off
 COMPILE_ENV = flags.CORRTRACK_COMPILE  # true/on: torch.compile on (CUDA); "background": compile in a thread
+COMPILE_BACKEND_ENV = flags.CORRTRACK_COMPILE_BACKEND  # aoti (default where torch has it) or dynamo
+COMPILE_CPU_ENV = flags.CORRTRACK_COMPILE_CPU  # true: compile on the CPU too (tests; C++ from gcc)
+#: how the compiled functions are made: AOTInductor packages (torch.export, no tracing on a later start) or
+#: torch.compile (dynamo; Inductor's caches on disk, but dynamo traces again on every start)
+COMPILE_BACKENDS = ("aoti", "dynamo")
 #: the word of COMPILE_ENV (beside the true/false words) that picks the background compile
 BACKGROUND_WORD = "background"
 #: precisions the background compile covers: their TF32 flags are off, as between batches (``_compile_job``)
 BACKGROUND_PRECISIONS = ("fp32", "fp16", "bf16")
 #: seed of the stand-in frames and queries a compile job runs on (only their shapes matter)
 COMPILE_JOB_SEED = 0
+#: a compiled call in a job (dynamo) slower than this is logged even without an FX-cache event
+SLOW_COMPILED_CALL_S = 0.5
 RECOMPILE_LIMIT = 64  # dynamo's variants per compiled function, raised to this while compiling is on
 #: layers a mode keeps in float, with the measured reason
 KEEP_FLOAT = {
@@ -69,6 +89,8 @@ KEEP_FLOAT = {
                        "logits); e4m3's 3 mantissa bits there cost AJ 0.006 on the sample (CPU: 0.928 -> 0.934)"},
 }
 #: what int8/fp8 leave in float (beside the layers quantize_module lists)
+log = logging.getLogger(__name__)
+
 NOT_QUANTISED_STAGES = (
     "backbone 3x3 convs: no int8/fp8 conv kernel in torch (autocast dtype)",
     "query_features, local correlation windows: gathers and bilinear blends",
@@ -103,13 +125,15 @@ class CorrTrackTracker(Tracker):
     def __init__(self, weights: Path | str | None = None, model: CorrTrackNet | None = None,
                  cuda_graphs: bool | None = None, polish: bool | None = None,
                  polish_config: PolishConfig | None = None, compile: bool | str | None = None,
-                 compile_cache_root: Path | None = None):
+                 compile_cache_root: Path | None = None, compile_backend: str | None = None):
         """Load checked weights (default: the shipped ones), or use ``model`` as given (tests).
 
         polish: NCC sub-pixel polish after refinement (default on, unless TRACKSCOPE_CORRTRACK_POLISH=0).
         compile: torch.compile the hot functions on CUDA: "off" (False), "on" (True) or "background"
         (default off, unless TRACKSCOPE_CORRTRACK_COMPILE says otherwise). compile_cache_root: where the
-        keyed compile-cache folders go (default ~/.cache/trackscope/compile).
+        keyed compile-cache folders go (default ~/.cache/trackscope/compile). compile_backend: "aoti"
+        (AOTInductor packages, the default where torch has them) or "dynamo" (torch.compile), unless
+        TRACKSCOPE_CORRTRACK_COMPILE_BACKEND says otherwise.
         """
         if model is not None:
             self.model = model.eval()
@@ -128,6 +152,17 @@ class CorrTrackTracker(Tracker):
         self.compile_mode = compile_mode(compile)
         self.compile = self.compile_mode != "off"
         self.compile_error = ""
+        self.compile_backend = compile_backend_for(compile_backend)
+        self._compile_cpu = env_flag(COMPILE_CPU_ENV, default=False)
+        self._created = time.perf_counter()
+        self.compile_ready_after_s: float | None = None  # tracker creation -> the first keys ready
+        self.job_log: JobLog | None = None  # the last compile job's (or disk load's) events
+        self._packages: dict[str, Packaged] = {}  # AOTI: call-key digest -> loaded package
+        self._package_store: PackageStore | None = None
+        self._disk_tried: set[tuple] = set()  # AOTI: key sets whose packages were looked for on disk
+        self._package_misses: set[str] = set()  # AOTI: calls with no package (ran the plain function)
+        self._weights_digests: dict[int, str] = {}
+        self._export_lock = threading.Lock()  # a run's batch body vs a background job's torch.export (build)
         self._compiled: dict[str, Callable[..., Any]] = {}
         self._run_only: dict[str, Callable[..., Any]] = {}
         self._compile_lock = threading.Lock()  # makes the compiled twins once, whichever thread asks first
@@ -242,14 +277,26 @@ class CorrTrackTracker(Tracker):
         failed one and the cache folder."""
         status = self.compile_status()
         info: dict[str, Any] = {"compile": status.label, "compile_mode": self.compile_mode}
+        if self.compile_mode != "off":
+            info["compile_backend"] = self.compile_backend
         if status.seconds is not None:
             info["compile_s"] = round(status.seconds, 2)
+        if self.compile_ready_after_s is not None:
+            info["compile_ready_after_s"] = round(self.compile_ready_after_s, 2)
+        if status.retries:
+            info["compile_retries"] = status.retries
         if self.compile_error:
             info["compile_error"] = self.compile_error
         if self.compile_cache is not None:
             info["compile_cache"] = str(self.compile_cache.folder)
-            if self.compile_cache.note:
-                info["compile_cache_note"] = self.compile_cache.note
+            notes = [self.compile_cache.note] if self.compile_cache.note else []
+            notes += self._package_store.notes if self._package_store is not None else []
+            if notes:
+                info["compile_cache_note"] = "; ".join(notes)
+        if self.job_log is not None:
+            info["compile_job"] = self.job_log.to_dict()
+        if self._package_misses:
+            info["compile_package_misses"] = sorted(self._package_misses)
         return info
 
     def compile_status(self) -> CompileStatus:
@@ -268,7 +315,8 @@ class CorrTrackTracker(Tracker):
         return status
 
     def _compiling(self, device: torch.device) -> bool:
-        return (self.compile_mode != "off" and device.type == "cuda" and not self.compile_error
+        on_device = device.type == "cuda" or (device.type == "cpu" and self._compile_cpu)
+        return (self.compile_mode != "off" and on_device and not self.compile_error
                 and self.switch.status.state != FAILED)
 
     def _fn(self, name: str, fn: Callable[..., Any], device: torch.device) -> Callable[..., Any]:
@@ -278,6 +326,12 @@ class CorrTrackTracker(Tracker):
         if not self._compiling(device):
             return fn
         key = f"{name}@{id(getattr(fn, '__self__', fn))}"  # the float model and a quantised copy compile apart
+        if self.compile_backend == "aoti":
+            if getattr(self._local, "job", False):
+                return lambda *args: self._record_call(name, fn, device, args)
+            if not getattr(self._local, "use_compiled", False):
+                return fn
+            return lambda *args: self._packaged_call(name, fn, device, args)
         if getattr(self._local, "job", False):
             with self._compile_lock:
                 compiled = self._compiled.get(key)
@@ -287,7 +341,7 @@ class CorrTrackTracker(Tracker):
                     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit,
                                                                RECOMPILE_LIMIT)
                     compiled = self._compiled[key] = torch.compile(fn, dynamic=False)
-            return compiled
+            return lambda *args: self._timed_compile(name, compiled, args)
         if not getattr(self._local, "use_compiled", False):
             return fn
         with self._compile_lock:
@@ -303,12 +357,145 @@ class CorrTrackTracker(Tracker):
         if self._compiling(keys[0][1]) and not getattr(self._local, "job", False) and not self._counting:
             if all(self.switch.ready(k) for k in keys):
                 use = True
+            elif self.compile_backend == "aoti" and keys[0][2] in QUANT_MODES:
+                use = False  # packages are made of the float model only
+            elif self.compile_backend == "aoti" and self._load_packages(keys):
+                use = True
             elif job is not None and self.compile_mode == "on":
                 use = self.switch.inline(keys, job)
             elif job is not None:
                 self.switch.request(keys, job)
         self._local.use_compiled = use
+        if use and len(keys) > 1 and self.compile_ready_after_s is None:  # a track call's: the whole batch
+            self.compile_ready_after_s = time.perf_counter() - self._created
         return use
+
+    # -- AOTInductor packages (compile_backend "aoti") -----------------------------------------------------
+    def _store_for(self, device: torch.device) -> PackageStore:
+        if self._package_store is None:
+            self._package_store = PackageStore(self._cache_for(device).folder)
+        return self._package_store
+
+    def _weights_digest(self, fn: Callable[..., Any]) -> str:
+        owner = getattr(fn, "__self__", None)
+        if not isinstance(owner, torch.nn.Module):
+            return ""
+        with self._compile_lock:
+            found = self._weights_digests.get(id(owner))
+        if found is None:
+            found = compile_packages.weights_digest(owner)
+            with self._compile_lock:
+                self._weights_digests[id(owner)] = found
+        return found
+
+    def _variant(self, key: tuple) -> list[Any]:
+        """What a tracker key's package index is for: the key, the float model's weights and the code."""
+        return [[str(k) for k in key], self._weights_digest(self.model.features),
+                compile_packages.source_digest(self.model.refine_step), compile_packages.source_digest(ncc_polish),
+                compile_packages.source_digest(_stand_in_queries)]
+
+    def _load_packages(self, keys: tuple[tuple, ...]) -> bool:
+        """Load the packages a variant's batches call, when an earlier start recorded them (once per key set);
+        True (and the keys ready) when every one loaded: this batch runs compiled code."""
+        if keys in self._disk_tried:
+            return False
+        self._disk_tried.add(keys)
+        t0 = time.perf_counter()
+        try:
+            store = self._store_for(keys[0][1])
+            lists = [store.recall(self._variant(k)) for k in keys]
+            if any(found is None for found in lists):
+                return False
+            joblog = JobLog(log)
+            loaded: dict[str, Packaged] = {}
+            for key_digest in dict.fromkeys(d for found in lists for d in found or []):
+                if key_digest in self._packages:
+                    continue
+                t1 = time.perf_counter()
+                got = store.load_digest(key_digest)
+                if got is None:
+                    joblog.event(f"package {key_digest} missing or refused: compiling instead")
+                    return False
+                call, package = got
+                loaded[key_digest] = package
+                joblog.event(f"loaded {describe_call(call)} from disk", seconds=round(time.perf_counter() - t1, 3))
+        except Exception as exc:  # a cache that cannot even be read: compile as if it were empty
+            log.warning("compile packages not loaded: %s", _first_line(exc))
+            return False
+        with self._compile_lock:
+            self._packages.update(loaded)
+        seconds = time.perf_counter() - t0
+        joblog.event("packages loaded from the disk cache: compiled from this batch", seconds=round(seconds, 3))
+        joblog.set(backend="aoti", state="compiled", from_cache=True, seconds=round(seconds, 3))
+        self.job_log = joblog
+        self.switch.adopt(keys, seconds, from_cache=True)
+        return True
+
+    def _record_call(self, name: str, fn: Callable[..., Any], device: torch.device, args: tuple) -> Any:
+        """In a compile job (aoti): note fn's call (its key under this thread's autocast) and run it plainly."""
+        recorded = getattr(self._local, "recorded", None)
+        if recorded is not None:
+            key = call_key(name, fn, args, device.type, self._weights_digest(fn))
+            recorded.append((getattr(self._local, "phase", "track"), name, fn, args, key))
+        return fn(*args)
+
+    def _packaged_call(self, name: str, fn: Callable[..., Any], device: torch.device, args: tuple) -> Any:
+        """In a run (aoti): the package made for this call's key, or fn where there is none (noted once)."""
+        key = call_key(name, fn, args, device.type, self._weights_digest(fn))
+        package = self._packages.get(compile_packages.digest(key))
+        if package is None:
+            text = describe_call(key)
+            if text not in self._package_misses:
+                self._package_misses.add(text)
+                log.warning("no compile package for %s: it runs uncompiled", text)
+            return fn(*args)
+        return package(*args)
+
+    def _build_packages(self, device: torch.device, recorded: list[tuple], keys: tuple[tuple, ...],
+                        joblog: JobLog) -> bool:
+        """Load or build (export + AOTInductor) a package per distinct recorded call; index them per key.
+        Returns whether every one came from the disk."""
+        store = self._store_for(device)
+        per_phase: dict[str, list[str]] = {"prepare": [], "track": []}
+        built = 0
+        for phase, _name, fn, args, key in recorded:
+            key_digest = compile_packages.digest(key)
+            if key_digest not in per_phase[phase]:
+                per_phase[phase].append(key_digest)
+            with self._compile_lock:
+                have = key_digest in self._packages
+            if have:
+                continue
+            t0 = time.perf_counter()
+            package = store.load(key)
+            if package is not None:
+                joblog.event(f"loaded {describe_call(key)} from disk", seconds=round(time.perf_counter() - t0, 3))
+            else:
+                joblog.event(f"building {describe_call(key)}")
+                package, parts = store.build(fn, args, key, device.type, exclusive=self._export_lock)
+                built += 1
+                joblog.event(f"built {describe_call(key)}", export_s=round(parts["export_s"], 2),
+                             compile_s=round(parts["compile_s"], 2))
+            with self._compile_lock:
+                self._packages[key_digest] = package
+        for k in keys:
+            store.remember(self._variant(k), per_phase["prepare"] if k[0] == "backbone" else
+                           per_phase["prepare"] + per_phase["track"])
+        distinct = len(dict.fromkeys(per_phase["prepare"] + per_phase["track"]))
+        joblog.set(packages_built=built, packages_reused=distinct - built)
+        return built == 0
+
+    def _timed_compile(self, name: str, compiled: Callable[..., Any], args: tuple) -> Any:
+        """In a compile job (dynamo): call the compiled function, logging the calls that compiled (slow ones)."""
+        joblog = getattr(self._local, "joblog", None)
+        before = inductor_cache_counts()
+        t0 = time.perf_counter()
+        out = compiled(*args)
+        after = inductor_cache_counts()
+        if joblog is not None and (after != before or time.perf_counter() - t0 > SLOW_COMPILED_CALL_S):
+            joblog.event(f"dynamo: {name} compiled", seconds=round(time.perf_counter() - t0, 2),
+                         fx_cache_hits=after["hit"] - before["hit"], fx_cache_misses=after["miss"] - before["miss"])
+        return out
 
     def _backbone_key(self, ctx: RunContext, video_shape: tuple[int, ...], keep_grey: bool) -> tuple:
         """What a prepare's compiled code depends on (the second item is the device: ``_compiling`` reads it)."""
@@ -351,12 +538,39 @@ class CorrTrackTracker(Tracker):
         graphs = self.cuda_graphs and not self.graph_error
         polish = self.polish
         frames_ref = self._frames_ref
+        key_ctx = RunContext(device, precision, frames_per_batch, StageTimer(device, enabled=False))
+        keys: tuple[tuple, ...] = (self._backbone_key(key_ctx, video_shape, polish),)
+        if num_points:
+            keys += (self._track_key(key_ctx, video_shape, num_points),)
 
         def job() -> bool:
             t0 = time.perf_counter()
+            joblog = JobLog(log)
+            joblog.set(backend=self.compile_backend, threaded=threaded, precision=precision,
+                       video=list(video_shape), points=num_points, state="compiling")
+            self.job_log = joblog
+            joblog.event(f"job started ({self.compile_backend}, {'background thread' if threaded else 'inline'}, "
+                         f"{precision}, video {'x'.join(map(str, video_shape))}, points {num_points or '-'})")
+            try:
+                from_cache = run_job(t0, joblog)
+            except RetryLater as exc:
+                joblog.event(f"retry later: {exc}")
+                joblog.set(state="retry")
+                raise
+            except Exception as exc:
+                joblog.event(f"failed: {_first_line(exc)}", seconds=round(time.perf_counter() - t0, 2))
+                joblog.set(state="failed", error=_first_line(exc))
+                raise
+            joblog.event(f"job done ({'all from the disk cache' if from_cache else 'compiled'})",
+                         seconds=round(time.perf_counter() - t0, 2))
+            joblog.set(state="compiled", from_cache=from_cache, seconds=round(time.perf_counter() - t0, 2))
+            return from_cache
+
+        def run_job(t0: float, joblog: JobLog) -> bool:
             cache = self._cache_for(device)
+            joblog.set(cache=str(cache.folder), cache_in_use=os.environ.get(INDUCTOR_CACHE_ENV) == str(cache.folder))
             if threaded and torch.backends.cuda.matmul.allow_tf32:
-                raise RetryLater("a batch with TF32 on is running")
+                raise RetryLater("a batch with TF32 on is running (torch.backends.cuda.matmul.allow_tf32 is True)")
             tf32_before = self._tf32_batches
             counts = inductor_cache_counts()
             frames = frames_ref()
@@ -367,21 +581,36 @@ class CorrTrackTracker(Tracker):
             cast = (torch.autocast(device.type, dtype=dtype, cache_enabled=not graphs) if dtype is not None
                     else nullcontext())
             self._local.job = True
+            self._local.joblog = joblog
+            recorded: list[tuple] = []
+            self._local.recorded = recorded
+            packaged_from_cache = False
             try:
                 with torch.inference_mode(), torch.cuda.stream(stream) if stream is not None else nullcontext(), \
                         cast:
                     ctx = RunContext(device, precision, frames_per_batch, StageTimer(device, enabled=False))
+                    self._local.phase = "prepare"
                     prepared = self.prepare(frames, ctx)
                     if num_points:
+                        self._local.phase = "track"
                         self.track(prepared, _stand_in_queries(num_points, video_shape), ctx)
+                    if self.compile_backend == "aoti":
+                        joblog.event(f"stand-in batch ran eagerly: {len(recorded)} calls to package")
+                        packaged_from_cache = self._build_packages(device, recorded, keys, joblog)
                 if stream is not None:
                     stream.synchronize()
             finally:
                 self._local.job = False
+                self._local.joblog = None
+                self._local.recorded = None
             if threaded and (self._tf32_batches != tf32_before or torch.backends.cuda.matmul.allow_tf32):
-                raise RetryLater("a batch with TF32 on ran during the compile")
+                raise RetryLater("a batch with TF32 on began or ended during the compile")
             after = inductor_cache_counts()
-            from_cache = after["hit"] > counts["hit"] and after["miss"] == counts["miss"]
+            joblog.set(fx_cache_hits=after["hit"] - counts["hit"], fx_cache_misses=after["miss"] - counts["miss"])
+            if self.compile_backend == "aoti":
+                from_cache = packaged_from_cache
+            else:
+                from_cache = after["hit"] > counts["hit"] and after["miss"] == counts["miss"]
             shapes = f"video {'x'.join(map(str, video_shape))}, f{frames_per_batch}, points {num_points or '-'}, " \
                      f"graphs {graphs}, polish {polish}"
             cache.record(Variant(precision, shapes, str(self.manifest.get("sha256", "")),
@@ -397,17 +626,22 @@ class CorrTrackTracker(Tracker):
         if getattr(self._local, "job", False):
             return body()
         try:
+            if self.compile_mode == "background" and self.compile_backend == "aoti":
+                with self._export_lock:  # never while a background job exports (PackageStore.build)
+                    return body()
             return body()
         except Exception as exc:
             if "out of memory" in str(exc).lower():
                 raise
-            if self._compiled and not self.compile_error and _from_compiler(exc):
+            if ((self._compiled or self._packages) and not self.compile_error
+                    and (_from_compiler(exc) or isinstance(exc, PackageCallError))):
                 self.compile_error = _first_line(exc)
                 self._local.use_compiled = False
                 self.switch.forget()
                 with self._compile_lock:
                     self._compiled.clear()
                     self._run_only.clear()
+                    self._packages.clear()
             elif isinstance(exc, GraphCaptureError) and not self.graph_error:
                 self.graph_error = _first_line(exc)
             else:
@@ -544,8 +778,6 @@ def compile_mode(value: bool | str | None, environ: Any = None) -> str:
     """off / on / background from a constructor argument (True: on, False: off) or, for None, from
     TRACKSCOPE_CORRTRACK_COMPILE (its true/false words, or "background"); ValueError for another word."""
     if value is None:
-        import os
-
         env = os.environ if environ is None else environ
         raw = str(env.get(COMPILE_ENV, "")).strip().lower()
         if raw == BACKGROUND_WORD:
@@ -556,6 +788,20 @@ def compile_mode(value: bool | str | None, environ: Any = None) -> str:
     word = str(value).strip().lower()
     if word not in COMPILE_MODES:
         raise ValueError(f"compile must be one of {', '.join(COMPILE_MODES)}, not {value!r}")
+    return word
+
+
+def compile_backend_for(value: str | None, environ: Any = None) -> str:
+    """aoti / dynamo from a constructor argument or, for None, TRACKSCOPE_CORRTRACK_COMPILE_BACKEND; unset: aoti
+    where this torch can package (compile_packages.available), else dynamo. ValueError for another word."""
+    if value is None:
+        env = os.environ if environ is None else environ
+        value = str(env.get(COMPILE_BACKEND_ENV, "")).strip().lower() or None
+        if value is None:
+            return "aoti" if compile_packages.available() else "dynamo"
+    word = str(value).strip().lower()
+    if word not in COMPILE_BACKENDS:
+        raise ValueError(f"compile backend must be one of {', '.join(COMPILE_BACKENDS)}, not {value!r}")
     return word
 
 
