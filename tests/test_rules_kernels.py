@@ -357,10 +357,11 @@ def test_the_capture_runs_the_benchmark_ab_only_after_a_run_with_conv_kernels_an
     calls: list[int] = []
     monkeypatch.setattr(settings_ab, "cudnn_benchmark_ab", lambda run_ms: calls.append(1) or {"k": "v"})
 
-    def result(flag: str, kernel: str, stopped: str | None = None, conv_us: float = 2000.0):
+    def result(flag: str, kernel: str, stopped: str | None = None, conv_us: float = 2000.0, region: str = ""):
         r = profile.CaptureResult(device="cuda:0")
         r.settings = {"cudnn_benchmark": flag}
-        r.trace = SimpleNamespace(kernels=[SimpleNamespace(name=kernel, dur=conv_us)])  # type: ignore[assignment]
+        r.trace = SimpleNamespace(kernels=[SimpleNamespace(name=kernel, dur=conv_us)],  # type: ignore[assignment]
+                                  annotations=[SimpleNamespace(label=region)] if region else [], cpu_ops=[])
         r.stopped = stopped
         r.unprofiled_wall_ms = 20.0
         return r
@@ -371,4 +372,7 @@ def test_the_capture_runs_the_benchmark_ab_only_after_a_run_with_conv_kernels_an
     assert profile._ab_cudnn(result("False", "void at::native::vectorized_elementwise_kernel<4>"), lambda: 1.0) == {}
     assert profile._ab_cudnn(result("False", conv, stopped="op limit"), lambda: 1.0) == {}
     assert profile._ab_cudnn(result("False", conv, conv_us=100.0), lambda: 1.0) == {}  # 0.1 of 20 ms: under 1 %
+    assert calls == [1]
+    compiled = result("False", conv, region="Torch-Compiled Region: 0/0")
+    assert profile._ab_cudnn(compiled, lambda: 1.0) == {}  # compiled code in the run: the mode would recompile
     assert calls == [1]

@@ -294,11 +294,19 @@ def _ab_threads(settings: dict[str, str], run_ms: Callable[[], float]) -> dict[s
         return {}
 
 
+def _entered_compiled_code(trace: Trace) -> bool:
+    """Whether the captured run ran torch.compile'd code (its region markers, as a range or as a CPU op)."""
+    from engine.capture.gather import COMPILE_OPS
+
+    return (any(r.label.startswith(COMPILE_OPS) for r in trace.annotations)
+            or any(op.name.startswith(COMPILE_OPS) for op in trace.cpu_ops))
+
+
 def _ab_cudnn(result: CaptureResult, run_ms: Callable[[], float]) -> dict[str, str]:
     """After a GPU capture whose run (to its end) had conv kernels with cudnn.benchmark off: the tracker's runs with
     benchmark on against off (engine.capture.settings_ab.cudnn_benchmark_ab); nothing if a run fails. Not where
-    the convs are under ``REPORT_SHARE`` of the run (no saving of theirs could be reported), nor in a process with
-    compiled code (the A/B's function mode would be a new guard for dynamo: recompiles)."""
+    the convs are under ``REPORT_SHARE`` of the run (no saving of theirs could be reported), nor where the run
+    entered compiled code (the A/B's function mode would be a new guard for dynamo: recompiles)."""
     if result.settings.get("cudnn_benchmark") != "False" or result.trace is None or result.stopped:
         return {}
     from engine.capture.finding import REPORT_SHARE
@@ -306,7 +314,7 @@ def _ab_cudnn(result: CaptureResult, run_ms: Callable[[], float]) -> dict[str, s
 
     conv_ms = sum(k.dur for k in result.trace.kernels if classify(k.name).kind == "conv") / 1e3
     run = result.unprofiled_wall_ms or result.profiled_wall_ms or 0.0
-    if conv_ms <= 0 or conv_ms < REPORT_SHARE * run or _dynamo_counters().get("frames", {}).get("total", 0) > 0:
+    if conv_ms <= 0 or conv_ms < REPORT_SHARE * run or _entered_compiled_code(result.trace):
         return {}
     from engine.capture.settings_ab import cudnn_benchmark_ab
 
