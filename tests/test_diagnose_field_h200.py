@@ -80,6 +80,12 @@ def test_a_capture_naming_cpu_ops_or_threads_answers_the_telemetry_host_bound():
         assert _defer_to_captures([guess], [{"rule": rule, "severity": "warning", "label": "r"}]) == ()
     assert _defer_to_captures([guess], [{"rule": "thread_oversubscription", "severity": "info", "label": "r"}]) \
         == (guess,)  # an info finding explains nothing
+    # ... except the idle rule's measurement that the idle is trackscope's own (CorrTrack, session 19 call A: the
+    # telemetry's "GPU busy 11 %" warning beside a capture whose tracker idled under 1 % of the run)
+    session = {"rule": "gpu_idle_gaps", "severity": "info", "label": "r", "evidence": {"scope": "session"}}
+    assert _defer_to_captures([guess], [session]) == ()
+    tracker = {**session, "evidence": {"scope": "tracker"}}
+    assert _defer_to_captures([guess], [tracker]) == (guess,)
 
 
 def _script():

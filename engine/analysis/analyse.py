@@ -100,9 +100,12 @@ def _defer_to_captures(findings: Sequence[Finding], captured: Sequence[Finding |
                        ) -> tuple[Finding, ...]:
     """Existing rules use the capture when there is one: host_bound / launch_bound / untimed_work of a report
     whose capture names the host-side cause are dropped (the capture finding says it with module and call
-    site); without such a capture finding they stay."""
+    site), and so are those whose capture found the idle to be the session's own; otherwise they stay."""
     typed = [as_finding(f) for f in captured]
     explained = {f.label for f in typed if f.rule in HOST_CAUSES and f.severity != "info"}
+    # a capture that measured the idle and found it the session's own (the tracker's host side under 1 % of the
+    # run) answers the guess too: keeping it would put trackscope's loop, upload and download on the tracker
+    explained |= {f.label for f in typed if f.rule == "gpu_idle_gaps" and f.evidence.get("scope") == "session"}
     return tuple(x for x in findings if not (x.rule in SUPERSEDED_BY_CAPTURE and (x.label or None) in explained))
 
 

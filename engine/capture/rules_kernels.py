@@ -28,7 +28,7 @@ from engine.capture.finding import (
     where,
 )
 from engine.capture.kernels import generation
-from engine.capture.settings_ab import CUDNN_AB_OVERRIDDEN, CUDNN_AB_RUNS, cudnn_ab
+from engine.capture.settings_ab import CUDNN_AB_OVERRIDDEN, CUDNN_AB_RUNS, cudnn_ab, cudnn_ab_runs, separated
 from engine.capture.summary import ADAPTER_STAGES, CaptureSummary
 
 LAUNCH_COST_MS = 0.01  # host time per kernel launch from Python (measured ~10-15 us on the H200)
@@ -265,17 +265,25 @@ def _cudnn_measured(s: CaptureSummary, ctx: Context, measured: tuple[float, floa
     saving is an info where the convs are a share the assumption would have named (``worth_saying``), else
     nothing (every tracker with a few convs would get the line)."""
     on, off = measured
-    saved = off - on
+    # a saving counts where the two ways' runs separate beyond their jitter, and never beyond the run's conv
+    # time: only the convs' algorithms change (a gap above it is the two threads' noise, not cuDNN)
+    runs_each = cudnn_ab_runs(s.evidence.settings)
+    clear = runs_each is None or separated(runs_each[0], runs_each[1])
+    saved = min(off - on, evidence["conv_ms"]) if clear else 0.0
     share = saved / off if off > 0 else 0.0  # of the unprofiled run it was measured on
     runs = s.evidence.settings.get(CUDNN_AB_RUNS, "")
     evidence = {**evidence, "run_ms_benchmark_on": on, "run_ms_benchmark_off": off, "ab_runs": runs,
-                "measured": True}
+                "measured": True, "beyond_jitter": clear, "capped_at_conv_ms": clear and off - on > evidence["conv_ms"]}
+    if runs_each is not None:
+        evidence.update({"runs_ms_benchmark_on": " ".join(f"{ms:.2f}" for ms in runs_each[0]),
+                         "runs_ms_benchmark_off": " ".join(f"{ms:.2f}" for ms in runs_each[1])})
     suggestion = ("set torch.backends.cudnn.benchmark = True once at start-up (the shapes are fixed across runs, "
                   "so the search runs once per shape, in the first call)")
     if share < REPORT_SHARE and not worth_saying:
         return []
     if share < REPORT_SHARE:
-        gain = "no gain" if saved <= 0 else f"a gain of {100 * share:.1f} % of the run, under the 1 % a finding needs"
+        gain = ("no gain beyond the runs' jitter" if not clear else "no gain" if saved <= 0
+                else f"a gain of {100 * share:.1f} % of the run, under the 1 % a finding needs")
         return [finding("cudnn_benchmark_off", 0.0,
                         f"torch.backends.cudnn.benchmark off, measured: on {on:.2f} ms vs {off:.2f} ms off "
                         f"(medians of {runs} each): {gain} on this card ({evidence['conv_shapes']} conv shapes, "
@@ -283,8 +291,10 @@ def _cudnn_measured(s: CaptureSummary, ctx: Context, measured: tuple[float, floa
                         evidence, "nothing to change here: cuDNN's heuristics already pick what benchmarking picks "
                         "for these shapes on this card (another card or cuDNN version may differ)",
                         typical_wall_ms=ctx["typical"], module=top.module, call_site=top.site)]
+    capped = (f", counted up to the {evidence['conv_ms']:.2f} ms the convs take" if evidence["capped_at_conv_ms"]
+              else "")
     return [finding("cudnn_benchmark_off", share,
                     f"cudnn.benchmark on: {on:.2f} ms vs {off:.2f} ms off, {100 * share:.1f} % of the run "
-                    f"(medians of {runs} each; {evidence['conv_shapes']} conv shapes, {evidence['conv_ms']:.1f} ms "
-                    f"of convs{at(top.site)})",
+                    f"(medians of {runs} each{capped}; {evidence['conv_shapes']} conv shapes, "
+                    f"{evidence['conv_ms']:.1f} ms of convs{at(top.site)})",
                     evidence, suggestion, typical_wall_ms=ctx["typical"], module=top.module, call_site=top.site)]

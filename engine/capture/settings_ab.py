@@ -33,18 +33,26 @@ from typing import Any
 CUDNN_AB_ON_MS = "cudnn_ab_on_ms"  # the tracker's unprofiled run with cudnn.benchmark on (median), ms
 CUDNN_AB_OFF_MS = "cudnn_ab_off_ms"  # the same with it off, ms
 CUDNN_AB_RUNS = "cudnn_ab_runs"  # timed runs each way
+CUDNN_AB_ON_ALL = "cudnn_ab_on_runs_ms"  # every timed run with it on, ms, comma-separated
+CUDNN_AB_OFF_ALL = "cudnn_ab_off_runs_ms"  # the same with it off
 #: "True" when the tracker switched benchmark off again during an "on" run (it sets the flag itself): no medians
 CUDNN_AB_OVERRIDDEN = "cudnn_ab_overridden"
 #: timed runs each way (after one untimed run each way: the "on" one does the search). The gains to tell apart
 #: are a few % of the run (the H200 sweep's fixed-shape convs: -1.7 % to +8 %), so more than the thread A/B's 3
-CUDNN_AB_REPEATS = 5
+CUDNN_AB_REPEATS = 7  # quartiles of 7 runs each way tell a gain from the jitter (engine.capture.settings_ab.separated)
 #: how long a way's thread may take to end after its last run, s (it is a daemon: a hang holds nothing up)
 LANE_JOIN_S = 5.0
 
 
 def alternate(ways: Sequence[Callable[[], float]], restore: Callable[[], None], repeats: int) -> list[float]:
-    """The median ms of each way over ``repeats`` timed runs: the ways take turns, ``repeats + 1`` rounds, the
-    first round untimed; ``restore()`` runs whatever happens (a run that raises propagates after it)."""
+    """The median ms of each way over ``repeats`` timed runs (``alternate_runs``)."""
+    return [statistics.median(t) for t in alternate_runs(ways, restore, repeats)]
+
+
+def alternate_runs(ways: Sequence[Callable[[], float]], restore: Callable[[], None], repeats: int
+                   ) -> list[list[float]]:
+    """Each way's ``repeats`` timed runs, ms: the ways take turns, ``repeats + 1`` rounds, the first round
+    untimed; ``restore()`` runs whatever happens (a run that raises propagates after it)."""
     times: list[list[float]] = [[] for _ in ways]
     try:
         for i in range(repeats + 1):
@@ -54,7 +62,7 @@ def alternate(ways: Sequence[Callable[[], float]], restore: Callable[[], None], 
                     out.append(ms)
     finally:
         restore()
-    return [statistics.median(t) for t in times]
+    return times
 
 
 class Lane:
@@ -143,10 +151,12 @@ def cudnn_benchmark_ab(run_ms: Callable[[], float], repeats: int = CUDNN_AB_REPE
         for lane in lanes.values():
             lane.close()
 
-    on_ms, off_ms = alternate([way(True), way(False)], restore, repeats)
+    on_runs, off_runs = alternate_runs([way(True), way(False)], restore, repeats)
     if overridden:
         return {CUDNN_AB_OVERRIDDEN: "True"}
-    return {CUDNN_AB_ON_MS: f"{on_ms:.4f}", CUDNN_AB_OFF_MS: f"{off_ms:.4f}", CUDNN_AB_RUNS: str(repeats)}
+    return {CUDNN_AB_ON_MS: f"{statistics.median(on_runs):.4f}", CUDNN_AB_OFF_MS: f"{statistics.median(off_runs):.4f}",
+            CUDNN_AB_RUNS: str(repeats), CUDNN_AB_ON_ALL: ",".join(f"{ms:.4f}" for ms in on_runs),
+            CUDNN_AB_OFF_ALL: ",".join(f"{ms:.4f}" for ms in off_runs)}
 
 
 def cudnn_ab(settings: dict[str, str]) -> tuple[float, float] | None:
@@ -155,3 +165,20 @@ def cudnn_ab(settings: dict[str, str]) -> tuple[float, float] | None:
         return float(settings[CUDNN_AB_ON_MS]), float(settings[CUDNN_AB_OFF_MS])
     except (KeyError, ValueError):
         return None
+
+
+def cudnn_ab_runs(settings: dict[str, str]) -> tuple[list[float], list[float]] | None:
+    """Every timed run of the recorded A/B (on, off), ms; None where the capture kept only the medians."""
+    try:
+        return tuple([float(x) for x in settings[key].split(",")]  # type: ignore[return-value]
+                     for key in (CUDNN_AB_ON_ALL, CUDNN_AB_OFF_ALL))
+    except (KeyError, ValueError):
+        return None
+
+
+def separated(faster: Sequence[float], slower: Sequence[float]) -> bool:
+    """Whether two sets of run times differ beyond their own spread: the faster way's upper quartile under the
+    slower way's lower quartile (a gap smaller than the runs' jitter is not a measured gain)."""
+    if len(faster) < 2 or len(slower) < 2:
+        return False
+    return statistics.quantiles(faster, n=4)[2] < statistics.quantiles(slower, n=4)[0]
