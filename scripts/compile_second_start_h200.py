@@ -35,10 +35,10 @@ sys.path.insert(0, str(ROOT))
 PRECISION = "bf16"
 SECOND_START_TARGET_S = 2.0
 #: process 3: the most seconds of eager runs waiting for the switch
-SWITCH_WAIT_S = 55.0
-#: seconds a child may take: 235 s in all, so the whole call stays within 4 minutes (a child past its limit
+SWITCH_WAIT_S = 45.0
+#: seconds a child may take: 245 s in all, so the whole call stays within 4 minutes (a child past its limit
 #: is reported as a timeout with its last log lines)
-CHILD_TIMEOUT_S = {"cold": 130, "second": 40, "background": 65}
+CHILD_TIMEOUT_S = {"cold": 150, "second": 40, "background": 55}
 #: the most characters of a child's stderr echoed
 ECHO_CHARS = 2500
 

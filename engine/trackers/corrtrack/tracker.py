@@ -237,8 +237,11 @@ class CorrTrackTracker(Tracker):
 
     def _model_on(self, device: torch.device) -> CorrTrackNet:
         if device != self._device:
-            self.model.to(device)
-            self.model.backbone.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stubs lack it
+            # outside inference mode even when the first batch is inside it (a session's run): moved there, the
+            # parameters would become inference tensors, which torch.export (the aoti packages) refuses to trace
+            with torch.inference_mode(False):
+                self.model.to(device)
+                self.model.backbone.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stubs lack it
             self._device = device
             self._track_graphs.clear()
             self._backbone_graphs.clear()
