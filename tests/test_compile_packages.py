@@ -88,7 +88,7 @@ def test_backend_words_and_torch_versions(monkeypatch) -> None:
     assert available("2.11.0+cu130") and available("2.13.0+cpu") and not available("2.5.1") and not available("x")
     assert compile_backend_for("dynamo") == "dynamo"
     assert compile_backend_for(None, {CORRTRACK_COMPILE_BACKEND: "AOTI"}) == "aoti"
-    assert compile_backend_for(None, {}) == ("aoti" if available() else "dynamo")
+    assert compile_backend_for(None, {}) == "dynamo"  # aoti is opt-in (its loader crashed on the H200)
     with pytest.raises(ValueError, match="compile backend"):
         compile_backend_for("tensorrt")
 

@@ -23,8 +23,9 @@ def add_compile_argument(p: argparse.ArgumentParser) -> None:
                         "batch), background (eager at once, compiled from the batch after the compile ends); "
                         "Inductor's caches are kept on disk for a later start")
     p.add_argument("--compile-backend", choices=BACKEND_CHOICES, default=None,
-                   help="how: aoti (AOTInductor packages kept on disk, loaded without tracing on a later start; "
-                        "the default) or dynamo (torch.compile)")
+                   help="how: dynamo (torch.compile, the default) or aoti (AOTInductor packages kept on disk, "
+                        "loaded without tracing on a later start; experimental: on an H200 with torch 2.11 loading "
+                        "a package crashed the process)")
 
 
 def apply_compile_flag(args: argparse.Namespace) -> None:
