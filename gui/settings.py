@@ -34,9 +34,9 @@ ORGANIZATION = "trackscope"
 APPLICATION = "trackscope"
 MAX_RECENT = 10
 #: CorrTrack's compile mode in the app. "background" (eager at once, compiled when a background compile is done)
-#: is not the default until it is shown on a GPU: on the H200 (session 18, scripts/compile_cache_h200.py) a
-#: second process did not switch to compiled code within 60 s of eager runs; `trackscope gui --compile
-#: background` turns it on
+#: is not the default: on the H200 (session 19, scripts/compile_second_start_h200.py) a second start reached
+#: compiled code from the cache only after 16.5 s, and a process that quits while the compile thread is inside
+#: Inductor aborts; `trackscope gui --compile background` turns it on
 DEFAULT_COMPILE_MODE = "off"
 MAX_SHOWN_CHARS = 80  # a bad value is quoted in a note up to this length
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 18, GPU call B (repo root, $OUT set): the fleet on one H200 against bench (scripts/fleet_h200.sh; Ray from
 # a carried, unpacked wheel: .ray/ray312.tar.gz), the peers' session/direct with the finer block pairs, the field's
-# re-planted plugins with the controls, CorrTrack's compile cache (scripts/compile_cache_h200.py).
+# re-planted plugins with the controls, CorrTrack's compile cache (scripts/compile_cache_h200.py; replaced in session 19
+# by scripts/compile_second_start_h200.py, which measures the same and the second start alone).
 set -u
 source scripts/device_common.sh
 mkdir -p /tmp/ray && tar -xzf .ray/ray312.tar.gz -C /tmp/ray && export PYTHONPATH=/tmp/ray:$PYTHONPATH

@@ -222,11 +222,16 @@ def private_folder_problem(folder: Path) -> str:
         return f"cannot make it: {exc.strerror or exc}"
     if not stat.S_ISDIR(info.st_mode):
         return "not a folder"
+    return ownership_problem(info, "; chmod 700 it to use it")
+
+
+def ownership_problem(info: os.stat_result, fix: str = "") -> str:
+    """Why a file or folder with this stat is not this user's alone (another owner, writable by others), or ""."""
     getuid = getattr(os, "getuid", None)
     if getuid is not None and info.st_uid != getuid():
         return f"owned by uid {info.st_uid}, not this user ({getuid()})"
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"others may write it (mode {stat.S_IMODE(info.st_mode):o}); chmod 700 it to use it"
+        return f"others may write it (mode {stat.S_IMODE(info.st_mode):o}){fix}"
     return ""
 
 

@@ -26,8 +26,6 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-import os
-import stat
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -41,7 +39,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from engine.core.atomic import atomic_open, atomic_path
-from engine.trackers.compile_cache import private_folder_problem
+from engine.trackers.compile_cache import ownership_problem, private_folder_problem
 
 log = logging.getLogger(__name__)
 
@@ -314,13 +312,7 @@ class PackageStore:
 
 
 def _file_problem(path: Path) -> str:
-    info = path.stat()
-    getuid = getattr(os, "getuid", None)
-    if getuid is not None and info.st_uid != getuid():
-        return f"owned by uid {info.st_uid}, not this user ({getuid()})"
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"others may write it (mode {stat.S_IMODE(info.st_mode):o})"
-    return ""
+    return ownership_problem(path.stat())
 
 
 def _file_sha256(path: Path) -> str:
