@@ -387,7 +387,7 @@ def test_the_capture_runs_the_benchmark_ab_only_after_a_run_with_conv_kernels_an
     from engine.capture import profile, settings_ab
 
     calls: list[int] = []
-    monkeypatch.setattr(settings_ab, "cudnn_benchmark_ab", lambda run_ms: calls.append(1) or {"k": "v"})
+    monkeypatch.setattr(settings_ab, "cudnn_benchmark_ab", lambda run_ms, repeats: calls.append(repeats) or {"k": "v"})
 
     def result(flag: str, kernel: str, stopped: str | None = None, conv_us: float = 2000.0, region: str = ""):
         r = profile.CaptureResult(device="cuda:0")
@@ -404,7 +404,19 @@ def test_the_capture_runs_the_benchmark_ab_only_after_a_run_with_conv_kernels_an
     assert profile._ab_cudnn(result("False", "void at::native::vectorized_elementwise_kernel<4>"), lambda: 1.0) == {}
     assert profile._ab_cudnn(result("False", conv, stopped="op limit"), lambda: 1.0) == {}
     assert profile._ab_cudnn(result("False", conv, conv_us=100.0), lambda: 1.0) == {}  # 0.1 of 20 ms: under 1 %
-    assert calls == [1]
+    assert calls == [7]  # one A/B, every repeat (a 20 ms run)
     compiled = result("False", conv, region="Torch-Compiled Region: 0/0")
     assert profile._ab_cudnn(compiled, lambda: 1.0) == {}  # compiled code in the run: the mode would recompile
-    assert calls == [1]
+    assert calls == [7]
+    slow = result("False", conv, conv_us=2e6)
+    slow.unprofiled_wall_ms = 5000.0  # 2 x 4 runs of 5 s would not fit the A/B's budget
+    assert profile._ab_cudnn(slow, lambda: 1.0) == {} and calls == [7]
+
+
+def test_the_benchmark_ab_fits_its_runs_in_its_time_budget():
+    from engine.capture.settings_ab import CUDNN_AB_REPEATS, ab_repeats
+
+    assert ab_repeats(8.0) == CUDNN_AB_REPEATS  # a CorrTrack-sized run: every repeat
+    assert ab_repeats(1000.0, budget_s=12.0) == 5  # 2 x 6 runs of 1 s
+    assert ab_repeats(1600.0, budget_s=12.0) is None  # 2 x 4 runs would take 12.8 s: skipped, the assumption stands
+    assert ab_repeats(0.0) == CUDNN_AB_REPEATS

@@ -316,10 +316,14 @@ def _ab_cudnn(result: CaptureResult, run_ms: Callable[[], float]) -> dict[str, s
     run = result.unprofiled_wall_ms or result.profiled_wall_ms or 0.0
     if conv_ms <= 0 or conv_ms < REPORT_SHARE * run or _entered_compiled_code(result.trace):
         return {}
-    from engine.capture.settings_ab import cudnn_benchmark_ab
+    from engine.capture.settings_ab import ab_repeats, cudnn_benchmark_ab
 
+    repeats = ab_repeats(run)
+    if repeats is None:  # runs too long to repeat within the A/B's time: the rule keeps its stated assumption
+        log.info("cudnn.benchmark A/B skipped: a %.0f ms run is too long to repeat for it", run)
+        return {}
     try:
-        return cudnn_benchmark_ab(run_ms)
+        return cudnn_benchmark_ab(run_ms, repeats)
     except Exception as exc:  # noqa: BLE001 - the A/B is extra evidence: a failing run leaves the rule's assumption
         log.warning("cudnn.benchmark A/B skipped: %s: %s", type(exc).__name__, exc)
         return {}

@@ -40,6 +40,9 @@ CUDNN_AB_OVERRIDDEN = "cudnn_ab_overridden"
 #: timed runs each way (after one untimed run each way: the "on" one does the search). The gains to tell apart
 #: are a few % of the run (the H200 sweep's fixed-shape convs: -1.7 % to +8 %), so more than the thread A/B's 3
 CUDNN_AB_REPEATS = 7  # quartiles of 7 runs each way tell a gain from the jitter (engine.capture.settings_ab.separated)
+CUDNN_AB_MIN_REPEATS = 3  # fewer runs each way than this cannot tell a gain from the jitter
+#: the most seconds the A/B's runs may take together (2 ways x (repeats + 1) runs): a deep capture waits for it
+CUDNN_AB_BUDGET_S = 12.0
 #: how long a way's thread may take to end after its last run, s (it is a daemon: a hang holds nothing up)
 LANE_JOIN_S = 5.0
 
@@ -157,6 +160,15 @@ def cudnn_benchmark_ab(run_ms: Callable[[], float], repeats: int = CUDNN_AB_REPE
     return {CUDNN_AB_ON_MS: f"{statistics.median(on_runs):.4f}", CUDNN_AB_OFF_MS: f"{statistics.median(off_runs):.4f}",
             CUDNN_AB_RUNS: str(repeats), CUDNN_AB_ON_ALL: ",".join(f"{ms:.4f}" for ms in on_runs),
             CUDNN_AB_OFF_ALL: ",".join(f"{ms:.4f}" for ms in off_runs)}
+
+
+def ab_repeats(run_ms: float, budget_s: float = CUDNN_AB_BUDGET_S) -> int | None:
+    """Timed runs each way for a run of ``run_ms`` so the A/B (both ways, each with its untimed first run) fits
+    in ``budget_s``: at most CUDNN_AB_REPEATS; None where not even CUDNN_AB_MIN_REPEATS fit."""
+    if run_ms <= 0:
+        return CUDNN_AB_REPEATS
+    fit = int(budget_s * 1e3 / (2 * run_ms)) - 1
+    return min(CUDNN_AB_REPEATS, fit) if fit >= CUDNN_AB_MIN_REPEATS else None
 
 
 def cudnn_ab(settings: dict[str, str]) -> tuple[float, float] | None:
