@@ -10,7 +10,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from engine.api import COMPILE_MODES, PRECISIONS, UserError, sample_video_path
+from engine.api import COMPILE_MODES, PRECISIONS, UserError, compile_in_flight, sample_video_path
 from gui.platform_libs import platform_problem
 
 #: Qt platforms that draw without a display server (QT_QPA_PLATFORM=offscreen for screenshots and tests)
@@ -236,10 +236,11 @@ def _open_window(args: argparse.Namespace, app, config, notes: list[str], settin
     code = int(app.exec())
     panel = window.capture_panel
     if (window.controller.abandoned or window.files.lingering or window.capture.abandoned
-            or (panel is not None and panel.lingering)):  # Qt would abort destroying
-        # a running thread; a capture's daemon thread inside torch may crash interpreter finalisation
-        print("trackscope: work still running at exit (a tracker batch, a deep capture or a file being read) was "
-              "left behind",
+            or (panel is not None and panel.lingering) or compile_in_flight()):  # Qt would abort destroying
+        # a running thread; a capture's or a background compile's daemon thread inside torch may crash
+        # interpreter finalisation (a compile in flight did, on the H200)
+        print("trackscope: work still running at exit (a tracker batch, a deep capture, a background compile or a "
+              "file being read) was left behind",
               file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()

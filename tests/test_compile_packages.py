@@ -195,3 +195,42 @@ def test_a_package_round_trips_and_a_second_process_starts_compiled(tmp_path: Pa
             f.write(b"tampered")
     third = process()
     assert third["compiled"] and third["label"] == "compiled" and "sha256" in (third["notes"] or ""), third
+
+
+def test_a_compile_in_flight_is_seen_by_its_thread_name() -> None:
+    """The app's exit leaves by os._exit while one runs (a process exiting under Inductor's threads aborted)."""
+    import threading
+
+    from engine.trackers.compiled_switch import THREAD_NAME, compile_in_flight
+
+    assert not compile_in_flight()
+    release = threading.Event()
+    worker = threading.Thread(target=release.wait, name=THREAD_NAME, daemon=True)
+    worker.start()
+    try:
+        assert compile_in_flight()
+    finally:
+        release.set()
+        worker.join(5)
+    assert not compile_in_flight()
+
+
+def test_the_cli_exits_past_a_compile_in_flight(monkeypatch, capsys) -> None:
+    import threading
+
+    from engine.cli import entry
+    from engine.trackers.compiled_switch import THREAD_NAME
+
+    exits: list[int] = []
+    monkeypatch.setattr(entry.os, "_exit", exits.append)
+    entry.exit_past_lingering_threads(0)
+    assert exits == []  # nothing running: a normal return
+    release = threading.Event()
+    worker = threading.Thread(target=release.wait, name=THREAD_NAME, daemon=True)
+    worker.start()
+    try:
+        entry.exit_past_lingering_threads(3)
+    finally:
+        release.set()
+        worker.join(5)
+    assert exits == [3] and "background compile was still running" in capsys.readouterr().err

@@ -116,16 +116,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def exit_past_lingering_threads(code: int) -> None:
-    """When threads a plugin left (non-daemon, or abandoned calls) are still running: name them, flush and
-    end the process with ``code`` now instead of waiting for them forever. Returns when there are none."""
+    """When threads a plugin left (non-daemon, or abandoned calls) are still running, or a background compile:
+    name them, flush and end the process with ``code`` now instead of waiting for them forever (or aborting in
+    interpreter finalisation under a compile). Returns when there are none."""
+    from engine.trackers.compiled_switch import compile_in_flight
     from engine.trackers.guard import lingering_threads
 
     left = lingering_threads()
-    if not left:
+    if left:
+        names = ", ".join(repr(t.name) for t in left)
+        print(f"trackscope: warning: {len(left)} thread(s) still running after the command ({names}), most likely "
+              "a plugin's; exiting without waiting for them", file=sys.stderr)
+    elif compile_in_flight():  # a daemon, but a process exiting under Inductor's threads aborts
+        print("trackscope: note: a background compile was still running; it is dropped (its cache is not "
+              "written)", file=sys.stderr)
+    else:
         return
-    names = ", ".join(repr(t.name) for t in left)
-    print(f"trackscope: warning: {len(left)} thread(s) still running after the command ({names}), most likely "
-          "a plugin's; exiting without waiting for them", file=sys.stderr)
     logging.shutdown()  # what atexit would have flushed
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -26,6 +26,12 @@ log = logging.getLogger(__name__)
 COMPILE_MODES = ("off", "on", "background")
 #: the worker thread's name (seen in py-spy and the app's thread checks)
 THREAD_NAME = "trackscope-compile"
+
+
+def compile_in_flight() -> bool:
+    """Whether a background compile thread is still running (a process exiting under it aborts: Inductor's C++
+    threads are torn down while in use; session 19 on the H200, "terminate called without an active exception")."""
+    return any(t.name == THREAD_NAME and t.is_alive() for t in threading.enumerate())
 #: state words (the label a report and the app show is ``CompileStatus.label``)
 IDLE, COMPILING, COMPILED, FAILED = "idle", "compiling", "compiled", "failed"
 #: RetryLater repeats of one job before the switch gives up (FAILED, saying why): a job cannot retry forever
