@@ -17,9 +17,11 @@ no difference whatever cuDNN would pick. The first configuration of each family 
 Families (what the session-18 sweep of 32 configurations did not cover): depthwise 3x3/5x5/7x7 (ConvNeXt-style,
 groups = C) at C 64-512; conv_transpose2d stride 2; 1-D convs, kernel 5-15; a large batch of small images
 (47 frames x 64 ch x 64x64); 3x3 convs with odd channel counts (3, 19, 33, 100); asymmetric 1x7 / 7x1;
-stride-2 5x5 / 7x7 stems. Each in NCHW and channels_last (2-D) and in fp32 (TF32 off), TF32, bf16 and fp16
-where listed. The configurations run round-robin across families, so a budget cut leaves every family
-sampled; the budget (``--budget-s``, default 55 s) is checked before each configuration.
+stride-2 5x5 / 7x7 stems; and (session 19) ``plant_candidates``, aligned convs at the field plugin's own sizes
+(``--family plant_candidates`` alone for a re-plant of cudnn_benchmark_off). Each in NCHW and channels_last
+(2-D) and in fp32 (TF32 off), TF32, bf16 and fp16 where listed. The configurations run round-robin across
+families, so a budget cut leaves every family sampled; the budget (``--budget-s``, default 55 s) is checked
+before each configuration.
 """
 
 from __future__ import annotations
@@ -137,9 +139,27 @@ def stems() -> list[Config]:
     return out
 
 
+def plant_candidates() -> list[Config]:
+    """Convs with aligned channel counts (multiples of 8: no gemm_misaligned beside them) at the field plugin's
+    own sizes (16 frames per batch at half of 256x256; 256 tracks x 47 frames), from the families session 19's
+    sweep measured a gain for at other sizes: the shapes a re-plant of tests/plugins/field/cudnn_benchmark_off.py
+    on aligned convs would run (its 33-channel body is also a tensor-core misalignment)."""
+    out = []
+    for k, c, dt in itertools.product((13, 15), (64, 128), ("tf32", "fp32")):
+        out.append(Config("plant_candidates", f"conv1d k{k} C{c} 256x{c}x47 (tracks x time)", "conv1d",
+                          (256, c, 47), (c, c, k), dt, padding=k // 2))
+    for k, c, cl, dt in itertools.product((5, 7), (64, 128), _layouts(), ("tf32", "fp16")):
+        out.append(Config("plant_candidates", f"dw{k}x{k} C{c} 16x{c}x128x128", "conv2d", (16, c, 128, 128),
+                          (c, 1, k, k), dt, cl, padding=k // 2, groups=c))
+    for c, dt in itertools.product((32, 40, 48), ("tf32", "fp32")):
+        out.append(Config("plant_candidates", f"3x3 {c}->{c} 16x{c}x128x128", "conv2d", (16, c, 128, 128),
+                          (c, c, 3, 3), dt, False, padding=1))
+    return out
+
+
 FAMILIES = {"depthwise": depthwise, "conv_transpose_s2": transpose, "conv1d": one_d,
             "batch_small_images": small_images, "odd_channels": odd_channels, "asymmetric": asymmetric,
-            "stem_s2": stems}
+            "stem_s2": stems, "plant_candidates": plant_candidates}
 
 
 def round_robin(families: list[list[Config]]) -> list[Config]:
