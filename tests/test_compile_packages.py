@@ -142,19 +142,18 @@ def test_a_failed_export_leaves_the_tracker_eager_with_compile_error(monkeypatch
 
 
 _SECOND_START = """
-import json, sys, time
-t0 = time.perf_counter()
+import json, sys
 import torch
 from engine.trackers.corrtrack import CorrTrackNet, CorrTrackTracker
 from tests.test_compile_packages import ONE_ITER, _batch
 torch.manual_seed(0)
 tracker = CorrTrackTracker(model=CorrTrackNet(ONE_ITER), compile=sys.argv[2], compile_cache_root=sys.argv[1],
                            compile_backend="aoti")
-made = time.perf_counter()
 result = _batch(tracker)
 info = tracker.describe()
+events = [e["event"] for e in (info.get("compile_job") or {}).get("events", [])]
 print(json.dumps({"compiled": tracker.last_track_compiled, "label": info["compile"], "compile_s": info.get("compile_s"),
-                  "ready_after_s": info.get("compile_ready_after_s"), "batch_s": time.perf_counter() - made,
+                  "ready_after_s": info.get("compile_ready_after_s"), "events": events,
                   "error": info.get("compile_error"), "notes": info.get("compile_cache_note"),
                   "tracks": result.tracks.tolist()}))
 """
@@ -164,7 +163,8 @@ print(json.dumps({"compiled": tracker.last_track_compiled, "label": info["compil
 def test_a_package_round_trips_and_a_second_process_starts_compiled(tmp_path: Path) -> None:
     """Real torch.export + AOTInductor on the CPU (C++ through gcc; ~20 s): process 1 builds the packages
     (`on`), its compiled tracks match eager's; process 2 on the same cache loads them before its first batch:
-    that batch runs compiled code, labelled "compiled (from cache)", with its load seconds reported."""
+    that batch runs compiled code, labelled "compiled (from cache)", having built nothing, with its load seconds
+    reported."""
     env = {k: v for k, v in os.environ.items() if k != INDUCTOR_CACHE_ENV}
     env[CORRTRACK_COMPILE_CPU] = "1"
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
@@ -184,8 +184,10 @@ def test_a_package_round_trips_and_a_second_process_starts_compiled(tmp_path: Pa
     np.testing.assert_allclose(np.array(first["tracks"]), eager.tracks, atol=1e-3)
     second = process()
     assert second["compiled"] and second["label"] == "compiled (from cache)", second
-    assert second["compile_s"] is not None and second["compile_s"] < 5.0
-    assert second["ready_after_s"] is not None and not second["error"]
+    # loaded, not built: no export or compile in the second start, its seconds reported (not judged: a clock)
+    assert not any(e.startswith(("building", "built")) for e in second["events"]), second["events"]
+    assert any(e.startswith("loaded") for e in second["events"]), second["events"]
+    assert second["compile_s"] is not None and second["ready_after_s"] is not None and not second["error"]
     np.testing.assert_allclose(np.array(second["tracks"]), np.array(first["tracks"]), atol=1e-5)
     # packages that no longer match their side files are rebuilt, not loaded and not a crash
     packages = sorted((CompileCache(tmp_path, environment_key("cpu")).folder / "aoti").glob("*.pt2"))
