@@ -18,7 +18,7 @@ from engine.analysis.diff_split import Explained, explain
 from engine.capture.gather import TOP_FUNCTIONS
 from engine.capture.summary import TOP_MODULES
 from engine.core.errors import ReportError
-from engine.core.units import ms_value, ratio_value
+from engine.core.units import ms_value, ratio_of, ratio_value
 from engine.report.fields import Fields
 from engine.report.projection import Projection
 from engine.report.schema import Report
@@ -56,9 +56,7 @@ class DiffRow:
     @property
     def ratio(self) -> float | None:
         """B over A; None when either side is missing or zero."""
-        if not self.a_ms or self.b_ms is None:
-            return None
-        return self.b_ms / self.a_ms
+        return ratio_of(self.b_ms, self.a_ms)
 
     @property
     def beyond_ms(self) -> float:

@@ -49,6 +49,13 @@ RATIO_FLOOR = 0.01
 RATIO_SAME_WITHIN = 0.005
 
 
+def ratio_of(num: float | None, den: float | None) -> float | None:
+    """``num / den``; None when either is missing or ``den`` is not positive (no ratio to show)."""
+    if num is None or den is None or den <= 0:
+        return None
+    return num / den
+
+
 def ratio_value(ratio: float | None, missing: str = MISSING) -> str:
     """A time ratio without its unit: 2 significant digits under 0.1 ("0.042"), "<0.01" under 0.01, else
     two decimals ("1.53"); never "0.00"."""

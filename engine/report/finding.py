@@ -69,17 +69,16 @@ class Finding:
     @property
     def ms_at_stake(self) -> float | None:
         """The time of each run it explains: ``stake_ms``, else the evidence's ``ms_at_stake``."""
-        if self.stake_ms is not None:
-            return self.stake_ms
-        value = self.evidence.get("ms_at_stake") if isinstance(self.evidence, Mapping) else None
-        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        return self.stake_ms if self.stake_ms is not None else self._evidence_number("ms_at_stake")
 
     @property
     def share_at_stake(self) -> float | None:
         """Its share of the run: ``share``, else the evidence's ``share``."""
-        if self.share is not None:
-            return self.share
-        value = self.evidence.get("share") if isinstance(self.evidence, Mapping) else None
+        return self.share if self.share is not None else self._evidence_number("share")
+
+    def _evidence_number(self, key: str) -> float | None:
+        """The evidence's number under ``key`` (not a bool), else None."""
+        value = self.evidence.get(key) if isinstance(self.evidence, Mapping) else None
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
     @property

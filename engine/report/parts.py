@@ -17,6 +17,7 @@ import numpy as np
 
 from engine.core.config import RunConfig
 from engine.core.errors import ReportError
+from engine.core.units import ratio_of
 from engine.io.geometry import VideoGeometry
 from engine.report.fields import Fields, bool_array, fail, integer_value, number_array, number_value, to_json
 from engine.report.finding import Finding
@@ -455,10 +456,7 @@ class DirectReference:
 
     def ratio(self, session_ms: float | None) -> float | None:
         """``session_ms`` over the direct median ("1.02x" slower through the session); None without both."""
-        direct = self.ms_median
-        if session_ms is None or direct is None or direct <= 0:
-            return None
-        return session_ms / direct
+        return ratio_of(session_ms, self.ms_median)
 
     @classmethod
     def from_dict(cls, data: Any, path: str = "direct") -> DirectReference:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.core.errors import ReportError
+from engine.core.units import ratio_of
 from engine.report.fields import Fields, fail
 
 PROJECTION_FORMAT = "trackscope-projection"
@@ -47,9 +48,7 @@ class ProjectedStage:
     @property
     def ratio(self) -> float | None:
         """Projected over observed; None without both."""
-        if not self.observed_ms or self.projected_ms is None:
-            return None
-        return self.projected_ms / self.observed_ms
+        return ratio_of(self.projected_ms, self.observed_ms)
 
     @classmethod
     def from_dict(cls, data: Any, path: str = "stage") -> ProjectedStage:
@@ -105,7 +104,7 @@ class Projection:
     @property
     def ratio(self) -> float | None:
         """Projected total over observed total; None without an observed time."""
-        return self.projected_ms / self.observed_ms if self.observed_ms else None
+        return ratio_of(self.projected_ms, self.observed_ms)
 
     def short_label(self) -> str:
         """'corrtrack fp32 p256 f16 on H200, projected onto Tesla T4'."""
