@@ -38,6 +38,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's engine, run from anywhere
+
 SAMPLE_MS = 0.5  # calls per sample are chosen so a sample takes about this long
 MAX_CALLS_PER_SAMPLE = 256
 WARMUP_CALLS = 3  # untimed calls after the first (the first does the search with benchmark on)
@@ -331,8 +333,11 @@ def main(argv: list[str] | None = None) -> int:
                                 "gain": _num(r.gain),
                                 "on_same_thread_ms": r.on_same_thread_ms, "calls_per_sample": r.calls_per_sample,
                                 "error": r.error, "seconds": r.seconds} for r in results]}
+        from engine.core.atomic import atomic_open
+
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(payload, indent=1, default=str))
+        with atomic_open(args.out, "w", encoding="utf-8") as f:  # a cut call leaves no half-written JSON
+            json.dump(payload, f, indent=1, default=str)
         print(f"written {args.out}")
     return 0
 
