@@ -145,7 +145,8 @@ def plant_candidates() -> list[Config]:
     """Convs with aligned channel counts (multiples of 8: no gemm_misaligned beside them) at the field plugin's
     own sizes (16 frames per batch at half of 256x256; 256 tracks x 47 frames), from the families session 19's
     sweep measured a gain for at other sizes: the shapes a re-plant of tests/plugins/field/cudnn_benchmark_off.py
-    on aligned convs would run (its 33-channel body is also a tensor-core misalignment)."""
+    on aligned convs would run (its 33-channel body is also a tensor-core misalignment), its token mixers among
+    them."""
     out = []
     for k, c, dt in itertools.product((13, 15), (64, 128), ("tf32", "fp32")):
         out.append(Config("plant_candidates", f"conv1d k{k} C{c} 256x{c}x47 (tracks x time)", "conv1d",
@@ -153,6 +154,9 @@ def plant_candidates() -> list[Config]:
     for k, c, cl, dt in itertools.product((5, 7), (64, 128), _layouts(), ("tf32", "fp16")):
         out.append(Config("plant_candidates", f"dw{k}x{k} C{c} 16x{c}x128x128", "conv2d", (16, c, 128, 128),
                           (c, 1, k, k), dt, cl, padding=k // 2, groups=c))
+    for k, frames, dt in itertools.product((13, 15), (16, 15), ("tf32", "bf16")):  # the re-plant's token mixers
+        out.append(Config("plant_candidates", f"conv1d k{k} C128 {frames}x128x4096 (tokens at H/4)", "conv1d",
+                          (frames, 128, 4096), (128, 128, k), dt, padding=k // 2))
     for c, dt in itertools.product((32, 40, 48), ("tf32", "fp32")):
         out.append(Config("plant_candidates", f"3x3 {c}->{c} 16x{c}x128x128", "conv2d", (16, c, 128, 128),
                           (c, c, 3, 3), dt, False, padding=1))

@@ -232,7 +232,19 @@ class PackageStore:
     def build(self, fn: Callable[..., Any], args: Sequence[Any], key: dict[str, Any], device_type: str,
               exclusive: Any = None) -> tuple[Packaged, dict[str, float]]:
         """Export ``fn(*args)``, compile it with AOTInductor into this folder, load it; -> (package, seconds of
-        export and compile). Raises what export or the compile raise (the job fails with it).
+        export and compile). Raises what export or the compile raise (the job fails with it); ``write`` says
+        what ``exclusive`` is."""
+        parts = self.write(fn, args, key, device_type, exclusive)
+        loaded = self.load(key)
+        if loaded is None:
+            raise RuntimeError(f"compile package {self.paths(digest(key))[0]} was built but does not load: "
+                               f"{self.notes[-1:]}")
+        return loaded, parts
+
+    def write(self, fn: Callable[..., Any], args: Sequence[Any], key: dict[str, Any], device_type: str,
+              exclusive: Any = None) -> dict[str, float]:
+        """Export ``fn(*args)`` and compile it with AOTInductor into this folder (not loaded); -> the seconds of
+        export and compile.
 
         exclusive: a context manager held over the export. Non-strict torch.export patches process-wide
         state while it traces (``torch.nn.Module.__call__`` among it, torch/fx/_symbolic_trace.py): a module
@@ -259,10 +271,7 @@ class PackageStore:
         with atomic_open(side, "w", encoding="utf-8") as f:
             json.dump({"key": key, "sha256": _file_sha256(package), "export_s": round(t1 - t0, 3),
                        "compile_s": round(t2 - t1, 3)}, f, indent=1, default=str)
-        loaded = self.load(key)
-        if loaded is None:
-            raise RuntimeError(f"compile package {package} was built but does not load: {self.notes[-1:]}")
-        return loaded, {"export_s": t1 - t0, "compile_s": t2 - t1}
+        return {"export_s": t1 - t0, "compile_s": t2 - t1}
 
     # -- variant indexes: which packages one tracker variant's batches call --------------------------------
     def remember(self, variant: Any, digests: Sequence[str]) -> None:

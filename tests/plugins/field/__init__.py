@@ -33,7 +33,7 @@ call it when done (``scripts/diagnose_field.py`` does).
 | host_python_loop | pure-Python weight table per point and frame | host_bound |
 | cpu_ops_in_gpu_run | a positional encoding built with CPU torch ops every call | cpu_ops_in_gpu_run |
 | thread_oversubscription | ``set_num_threads(4 * os.cpu_count())``, CPU ops per call | thread_oversubscription |
-| cudnn_benchmark_off | 3x3 convs of 33 channels on fixed shapes, ``cudnn.benchmark`` False | cudnn_benchmark_off |
+| cudnn_benchmark_off | 1-D token mixers (kernels 13, 15), fixed shapes, cudnn.benchmark False | cudnn_benchmark_off |
 | clean | nothing: batched, vectorised, no syncs or host work (negative control) | (none) |
 
 ``PLANTED`` says, per module, the rule that should name it (None for the control), the precision to
