@@ -1,22 +1,25 @@
 """Where AOTInductor's package loader crashes: one package built, then loaded in fresh processes, each one way.
 
-    python scripts/aoti_load_probe.py [--device cuda]
+    python scripts/aoti_load_probe.py
 
 Session 19 saw ``torch._inductor.aoti_load_package`` segfault on the H200 (torch 2.11, CUDA 13) right after
 CorrTrack's compile job built the package in the same process (inside inference mode and autocast, inline).
-This probe separates the suspects with a small conv + linear module (weights frozen in as constants, as
-CorrTrack's are), through trackscope's own ``PackageStore`` (engine/trackers/compile_packages.py):
+This probe separates the suspects with a small conv + linear module, through trackscope's own ``PackageStore``
+(engine/trackers/compile_packages.py), one package per variant (``VARIANTS``):
 
-  build        a fresh process writes the package (``PackageStore.write``: export + AOTInductor; no load)
-  load:MODE    a fresh process loads it and runs it once, checking the output against the eager module;
-               MODE plain | inference (under inference_mode) | autocast (inference_mode + bf16 autocast, the
-               job's context) | thread (loaded in a worker thread) | after_eager (after eager CUDA work)
-  build_load   a fresh process builds and then loads in the same process (what the job did), and
-  build_load_inference   the same inside inference_mode + autocast (the job's context).
+  default      the weights frozen into the shared library as constants (what CorrTrack's packages do)
+  noconst      constants kept out of the library (``aot_inductor.package_constants_in_so`` False), handed to
+               the loaded runner with ``load_constants``
+  weights_in   no constants at all: a function of (x, *weights) through ``torch.func.functional_call``
+  cpu          the default variant on the CPU: whether the crash is the CUDA side or the loader itself
 
-Each step is its own subprocess (the three builds at once), so a segfault is a return code (-11), not the end of
-the probe. Prints one
-row per step and a JSON line. Exits 0 with a line where there is no CUDA device.
+Steps: ``build:VARIANT`` (a fresh process exports and compiles, no load; all builds at once), then
+``load:VARIANT`` in a fresh process each (load, one call, output against the eager module), and the default
+variant loaded in the job's contexts (``load:default:MODE``, MODE inference | autocast | thread | after_eager).
+Session 20's first probe (call A) found the default package segfaulting in a fresh process, plain, on the H200.
+Each step is its own subprocess, so a segfault is a return code (-11), not the end of the probe; a failed step
+keeps its stderr before the fatal error and the fatal error's stack. Prints one row per step and a JSON line.
+Exits 0 with a line where there is no CUDA device (PROBE_DEVICE=cpu runs the cpu variant here).
 """
 
 from __future__ import annotations
@@ -41,21 +44,21 @@ STEP_TIMEOUT_S = 240
 KEY = {"version": 1, "name": "aoti_load_probe", "what": "conv+linear 8x3x64x64"}
 
 
-def _module(torch):
+def _module(torch, device: str):
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(4),
-                              torch.nn.Flatten(), torch.nn.Linear(256, 32)).to(DEVICE).eval()
-    x = torch.randn(8, 3, 64, 64, device=DEVICE, generator=torch.Generator(DEVICE).manual_seed(1))
+                              torch.nn.Flatten(), torch.nn.Linear(256, 32)).to(device).eval()
+    x = torch.randn(8, 3, 64, 64, device=device, generator=torch.Generator(device).manual_seed(1))
     return net, x
 
 
-def _context(torch, mode: str):
-    if mode in ("inference", "build_load_inference"):
+def _context(torch, mode: str, device: str):
+    if mode == "inference":
         return torch.inference_mode()
     if mode == "autocast":
         class Both:
             def __enter__(self):
-                self.a, self.b = torch.inference_mode(), torch.autocast(DEVICE, dtype=torch.bfloat16)
+                self.a, self.b = torch.inference_mode(), torch.autocast(device, dtype=torch.bfloat16)
                 self.a.__enter__()
                 self.b.__enter__()
 
@@ -66,34 +69,60 @@ def _context(torch, mode: str):
     return nullcontext()
 
 
+#: how each package variant is built: (device, Inductor configs, weights as inputs instead of constants)
+VARIANTS = {
+    "default": ("cuda", None, False),
+    "noconst": ("cuda", {"aot_inductor.package_constants_in_so": False}, False),  # constants given after load
+    "weights_in": ("cuda", None, True),  # no constants at all: the weights are inputs of every call
+    "cpu": ("cpu", None, False),  # the same loader on a CPU package: CUDA's part or the loader's
+}
+
+
+def _callable(torch, net, weights_in: bool):
+    """(fn, extra inputs): the module's forward, or a function of (x, *weights) with no constants."""
+    if not weights_in:
+        return net.forward, ()
+    names = [name for name, _ in net.named_parameters()]
+
+    def functional(x, *params):
+        return torch.func.functional_call(net, dict(zip(names, params)), (x,))
+
+    functional.__module__ = __name__
+    return functional, tuple(p.detach() for _, p in net.named_parameters())
+
+
 def step(role: str, folder: Path) -> dict:
+    """role: build:VARIANT | load:VARIANT[:MODE] | build_load:VARIANT[:inference]."""
     import torch
 
     from engine.trackers.compile_packages import PackageStore
 
-    store = PackageStore(folder)
-    net, x = _module(torch)
+    verb, variant, *rest = role.split(":")
+    mode = rest[0] if rest else "plain"
+    device, configs, weights_in = VARIANTS[variant]
+    store = PackageStore(folder / variant)
+    net, x = _module(torch, device)
+    fn, extra = _callable(torch, net, weights_in)
     with torch.no_grad():
         expected = net(x).float()
     out: dict = {"role": role}
     t0 = time.perf_counter()
-    if role.startswith("build"):
-        with _context(torch, role):
-            out.update(store.write(net.forward, (x,), KEY, DEVICE))
+    if verb in ("build", "build_load"):
+        with _context(torch, mode, device):
+            out.update(store.write(fn, (x, *extra), KEY, device, configs=configs))
         out["write_s"] = round(time.perf_counter() - t0, 2)
-        if role == "build":
+        if verb == "build":
             return out
-    mode = role.split(":", 1)[1] if ":" in role else "inference" if role == "build_load_inference" else "plain"
     if mode == "after_eager":
         for _ in range(3):
             net(x)
-        if DEVICE == "cuda":
+        if device == "cuda":
             torch.cuda.synchronize()
     t1 = time.perf_counter()
     box: dict = {}
 
     def load() -> None:
-        with _context(torch, mode):
+        with _context(torch, mode, device):
             box["package"] = store.load(KEY)
 
     if mode == "thread":
@@ -107,8 +136,14 @@ def step(role: str, folder: Path) -> dict:
     if package is None:
         out["error"] = "; ".join(store.notes) or "not loaded"
         return out
+    if configs and configs.get("aot_inductor.package_constants_in_so") is False:
+        state = {f"owner.{k}": v for k, v in net.state_dict().items()}
+        fqns = list(package.runner.get_constant_fqns())
+        out["constants"] = len(fqns)
+        package.runner.load_constants({f: state[f] for f in fqns if f in state}, check_full_update=True,
+                                      user_managed=True)
     with torch.no_grad():
-        got = package(x)
+        got = package(x, *extra)
     got = got[0] if isinstance(got, (list, tuple)) else got
     out["max_abs_diff"] = float((got.float() - expected).abs().max())
     out["ok"] = out["max_abs_diff"] < 1e-2
@@ -133,7 +168,10 @@ def _finish(started: tuple[str, float, subprocess.Popen]) -> dict:
     if lines:
         row.update(json.loads(lines[-1]))
     if proc.returncode != 0:
-        row["stderr_tail"] = stderr[-1500:]
+        fatal = stderr.find("Fatal Python error")
+        before = stderr[:fatal] if fatal >= 0 else stderr
+        row["stderr_before"] = before[-1500:]
+        row["stderr_tail"] = stderr[fatal:fatal + 1200] if fatal >= 0 else ""
     return row
 
 
@@ -154,14 +192,16 @@ def main() -> int:
     print(f"aoti_load_probe: torch {torch.__version__}, CUDA {torch.version.cuda}, {where}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        shared = Path(tmp) / "shared"
-        # the three builds at once (separate folders), then the loads of the shared one, one at a time
-        builds = [_start("build", shared), *(_start(r, Path(tmp) / r) for r in ("build_load", "build_load_inference"))]
+        folder = Path(tmp)
+        variants = [v for v in VARIANTS if DEVICE == "cuda" or VARIANTS[v][0] == "cpu"]
+        # the builds at once (a folder per variant), then each load in a fresh process, one at a time
+        builds = [_start(f"build:{v}", folder) for v in variants]
         for started in builds:
             rows.append(_finish(started))
             print(json.dumps(rows[-1]), flush=True)
-        for mode in LOAD_MODES:
-            rows.append(_finish(_start(f"load:{mode}", shared)))
+        loads = [f"load:{v}" for v in variants] + [f"load:{variants[0]}:{m}" for m in LOAD_MODES if m != "plain"]
+        for role in loads:
+            rows.append(_finish(_start(role, folder)))
             print(json.dumps(rows[-1]), flush=True)
     print("\n| step | rc | seconds | load s | ok | error |\n|---|---|---|---|---|---|")
     for r in rows:

@@ -242,14 +242,15 @@ class PackageStore:
         return loaded, parts
 
     def write(self, fn: Callable[..., Any], args: Sequence[Any], key: dict[str, Any], device_type: str,
-              exclusive: Any = None) -> dict[str, float]:
+              exclusive: Any = None, configs: dict[str, Any] | None = None) -> dict[str, float]:
         """Export ``fn(*args)`` and compile it with AOTInductor into this folder (not loaded); -> the seconds of
         export and compile.
 
         exclusive: a context manager held over the export. Non-strict torch.export patches process-wide
         state while it traces (``torch.nn.Module.__call__`` among it, torch/fx/_symbolic_trace.py): a module
         called in another thread meanwhile is traced into the export or fails inside it, so the caller pauses
-        its other users of torch modules for that time (the tracker: its runs' batches)."""
+        its other users of torch modules for that time (the tracker: its runs' batches). configs: Inductor
+        options for this package (``inductor_configs``)."""
         problem = self.problem()
         if problem:
             raise RuntimeError(f"compile packages not kept in {self.folder}: {problem}")
@@ -266,7 +267,7 @@ class PackageStore:
             from torch import _inductor
 
             with atomic_path(package) as tmp:
-                _inductor.aoti_compile_and_package(exported, package_path=str(tmp))
+                _inductor.aoti_compile_and_package(exported, package_path=str(tmp), inductor_configs=configs)
             t2 = time.perf_counter()
         with atomic_open(side, "w", encoding="utf-8") as f:
             json.dump({"key": key, "sha256": _file_sha256(package), "export_s": round(t1 - t0, 3),
