@@ -32,6 +32,7 @@ from engine.core.outputs import is_write_error
 SUBCOMMANDS = {
     "track": ("engine.cli.track", "track points in a video, write tracks NPZ/CSV"),
     "eval": ("engine.cli.evaluate", "grade a tracker on an evaluation set (TAP-Vid metrics)"),
+    "cycle": ("engine.cli.cycle", "forward-backward cycle error on videos without ground truth, LK beside it"),
     "sample": ("engine.cli.sample", "write synthetic videos with ground truth"),
     "bench": ("engine.cli.bench", "benchmark precisions x batch sizes, write reports"),
     "compare": ("engine.cli.compare", "compare two run reports stage by stage"),
