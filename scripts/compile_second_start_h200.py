@@ -1,6 +1,6 @@
 """CorrTrack's compiled second start on a GPU: cold build, a second start from the cache, a background switch.
 
-    python scripts/compile_second_start_h200.py [--points 256,1024] [--backend aoti|dynamo] [--runs 5]
+    python scripts/compile_second_start_h200.py [--points 256,1024] [--backend aoti|dynamo|precompile] [--runs 5]
 
 Three fresh processes, bf16, the sample video, one batch of N points per run:
   1. cold, empty cache, ``--compile on``: seconds from tracker creation to the end of the first compiled run
@@ -31,6 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from engine.cli.compile_flag import BACKEND_CHOICES  # noqa: E402  (after the path; no torch import)
 
 PRECISION = "bf16"
 SECOND_START_TARGET_S = 2.0
@@ -179,7 +181,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", default="256,1024")
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--backend", default="aoti", choices=("aoti", "dynamo"))
+    parser.add_argument("--backend", default="aoti", choices=BACKEND_CHOICES)
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--cache-dir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--role", choices=("cold", "second", "background"), help=argparse.SUPPRESS)

@@ -14,7 +14,7 @@ from engine.core.flags import CORRTRACK_COMPILE, CORRTRACK_COMPILE_BACKEND
 
 COMPILE_CHOICES = ("off", "on", "background")
 #: how the compiled code is made (engine.trackers.corrtrack.tracker.COMPILE_BACKENDS)
-BACKEND_CHOICES = ("aoti", "dynamo")
+BACKEND_CHOICES = ("aoti", "dynamo", "precompile")
 
 
 def add_compile_argument(p: argparse.ArgumentParser) -> None:
@@ -23,9 +23,11 @@ def add_compile_argument(p: argparse.ArgumentParser) -> None:
                         "batch), background (eager at once, compiled from the batch after the compile ends); "
                         "Inductor's caches are kept on disk for a later start")
     p.add_argument("--compile-backend", choices=BACKEND_CHOICES, default=None,
-                   help="how: dynamo (torch.compile, the default) or aoti (AOTInductor packages kept on disk, "
+                   help="how: dynamo (torch.compile, the default), aoti (AOTInductor packages kept on disk, "
                         "loaded without tracing on a later start; experimental: on an H200 with torch 2.11 loading "
-                        "a package crashed the process)")
+                        "a CUDA package crashed the process) or precompile (dynamo's precompile, torch >= 2.13: "
+                        "the compiled functions and their guards kept on disk, loaded without tracing on a later "
+                        "start; experimental)")
 
 
 def apply_compile_flag(args: argparse.Namespace) -> None:

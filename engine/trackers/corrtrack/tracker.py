@@ -17,8 +17,10 @@ from the batch after it is done; Inductor's caches persist in a keyed private fo
 the default backend, "dynamo", compiled in 45.7 s on an empty cache and reached compiled code 16.5 s after a
 second start's tracker was made (its compile 13 s, all from the disk cache): faster, not the 2 s aimed at. The
 opt-in "aoti" backend (compile_packages) keeps an AOTInductor package per call signature and loads it before a
-later start's first batch (1 s on the CPU), but on the H200 loading a freshly built package crashed the process
-in torch's loader. A compile that fails falls back to the uncompiled code for good. How the two threads stay
+later start's first batch (1 s on the CPU), but on the H200 every CUDA package crashed the process in torch's
+loader. The opt-in "precompile" backend (torch >= 2.13) takes the same record-then-package path with dynamo's
+precompile (``aot_compile``; a pickle of the compiled function and its guards, loaded without tracing) instead of
+AOTInductor. A compile that fails falls back to the uncompiled code for good. How the two threads stay
 off each other: ``_compile_job``.
 int8/fp8 (engine.trackers.quant): a quantised copy of the network, made once per mode and device, runs
 them; the float model is never touched, so fp32/tf32/fp16/bf16 run as before. Quantised: the backbone's
@@ -52,7 +54,14 @@ from engine.core.stages import BUILTIN_STAGES, StageTimer
 from engine.trackers import compile_packages
 from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult
 from engine.trackers.compile_cache import INDUCTOR_CACHE_ENV, CompileCache, Variant, inductor_cache_counts
-from engine.trackers.compile_packages import PackageCallError, Packaged, PackageStore, call_key, describe_call
+from engine.trackers.compile_packages import (
+    PackageCallError,
+    Packaged,
+    PackageStore,
+    Precompiled,
+    call_key,
+    describe_call,
+)
 from engine.trackers.compiled_switch import (
     COMPILE_MODES,
     FAILED,
@@ -70,11 +79,14 @@ from engine.trackers.quant import QuantReport, quantize_module, recipe_for
 NO_GRAPHS_ENV = flags.NO_CUDA_GRAPHS
 POLISH_ENV = flags.CORRTRACK_POLISH  # false turns the NCC polish off
 COMPILE_ENV = flags.CORRTRACK_COMPILE  # true/on: torch.compile on (CUDA); "background": compile in a thread
-COMPILE_BACKEND_ENV = flags.CORRTRACK_COMPILE_BACKEND  # dynamo (default) or aoti (opt-in, where torch has it)
+COMPILE_BACKEND_ENV = flags.CORRTRACK_COMPILE_BACKEND  # dynamo (default), aoti or precompile (opt-in)
 COMPILE_CPU_ENV = flags.CORRTRACK_COMPILE_CPU  # true: compile on the CPU too (tests; C++ from gcc)
-#: how the compiled functions are made: AOTInductor packages (torch.export, no tracing on a later start) or
-#: torch.compile (dynamo; Inductor's caches on disk, but dynamo traces again on every start)
-COMPILE_BACKENDS = ("aoti", "dynamo")
+#: how the compiled functions are made: AOTInductor packages (torch.export, no tracing on a later start),
+#: torch.compile (dynamo; Inductor's caches on disk, but dynamo traces again on every start) or dynamo's
+#: precompile (aot_compile: packages of the compiled function and its guards, no tracing on a later start)
+COMPILE_BACKENDS = ("aoti", "dynamo", "precompile")
+#: the backends that record a job's calls and keep a package per call (compile_packages.KINDS)
+PACKAGE_BACKENDS = ("aoti", "precompile")
 #: the word of COMPILE_ENV (beside the true/false words) that picks the background compile
 BACKGROUND_WORD = "background"
 #: precisions the background compile covers: their TF32 flags are off, as between batches (``_compile_job``)
@@ -134,8 +146,8 @@ class CorrTrackTracker(Tracker):
         compile: torch.compile the hot functions on CUDA: "off" (False), "on" (True) or "background"
         (default off, unless TRACKSCOPE_CORRTRACK_COMPILE says otherwise). compile_cache_root: where the
         keyed compile-cache folders go (default ~/.cache/trackscope/compile). compile_backend: "dynamo"
-        (torch.compile, the default) or "aoti" (AOTInductor packages, opt-in where torch has them), unless
-        TRACKSCOPE_CORRTRACK_COMPILE_BACKEND says otherwise.
+        (torch.compile, the default), "aoti" (AOTInductor packages) or "precompile" (dynamo's precompile
+        packages, torch >= 2.13), both opt-in, unless TRACKSCOPE_CORRTRACK_COMPILE_BACKEND says otherwise.
         """
         if model is not None:
             self.model = model.eval()
@@ -159,10 +171,10 @@ class CorrTrackTracker(Tracker):
         self._created = time.perf_counter()
         self.compile_ready_after_s: float | None = None  # tracker creation -> the first keys ready
         self.job_log: JobLog | None = None  # the last compile job's (or disk load's) events
-        self._packages: dict[str, Packaged] = {}  # AOTI: call-key digest -> loaded package
+        self._packages: dict[str, Packaged] = {}  # aoti/precompile: call-key digest -> loaded package
         self._package_store: PackageStore | None = None
-        self._disk_tried: set[tuple] = set()  # AOTI: key sets whose packages were looked for on disk
-        self._package_misses: set[str] = set()  # AOTI: calls with no package (ran the plain function)
+        self._disk_tried: set[tuple] = set()  # aoti/precompile: key sets whose packages were looked for on disk
+        self._package_misses: set[str] = set()  # aoti/precompile: calls with no package (ran the plain function)
         self._weights_digests: dict[int, str] = {}
         self._export_lock = threading.Lock()  # a run's batch body vs a background job's torch.export (build)
         self._compiled: dict[str, Callable[..., Any]] = {}
@@ -302,6 +314,10 @@ class CorrTrackTracker(Tracker):
             info["compile_job"] = self.job_log.to_dict()
         if self._package_misses:
             info["compile_package_misses"] = sorted(self._package_misses)
+        guard_failures = sorted({f"{p.name}: {p.guard_failure}" for p in list(self._packages.values())
+                                 if isinstance(p, Precompiled) and p.guard_failure})
+        if guard_failures:
+            info["compile_guard_failures"] = guard_failures
         return info
 
     def compile_status(self) -> CompileStatus:
@@ -331,7 +347,7 @@ class CorrTrackTracker(Tracker):
         if not self._compiling(device):
             return fn
         key = f"{name}@{id(getattr(fn, '__self__', fn))}"  # the float model and a quantised copy compile apart
-        if self.compile_backend == "aoti":
+        if self.compile_backend in PACKAGE_BACKENDS:
             if getattr(self._local, "job", False):
                 return lambda *args: self._record_call(name, fn, device, args)
             if not getattr(self._local, "use_compiled", False):
@@ -362,9 +378,9 @@ class CorrTrackTracker(Tracker):
         if self._compiling(keys[0][1]) and not getattr(self._local, "job", False) and not self._counting:
             if all(self.switch.ready(k) for k in keys):
                 use = True
-            elif self.compile_backend == "aoti" and keys[0][2] in QUANT_MODES:
+            elif self.compile_backend in PACKAGE_BACKENDS and keys[0][2] in QUANT_MODES:
                 use = False  # packages are made of the float model only
-            elif self.compile_backend == "aoti" and self._load_packages(keys):
+            elif self.compile_backend in PACKAGE_BACKENDS and self._load_packages(keys):
                 use = True
             elif job is not None and self.compile_mode == "on":
                 use = self.switch.inline(keys, job)
@@ -375,11 +391,18 @@ class CorrTrackTracker(Tracker):
             self.compile_ready_after_s = time.perf_counter() - self._created
         return use
 
-    # -- AOTInductor packages (compile_backend "aoti") -----------------------------------------------------
+    # -- packages (compile_backend "aoti": AOTInductor, "precompile": dynamo's aot_compile) -------------------
     def _store_for(self, device: torch.device) -> PackageStore:
         if self._package_store is None:
-            self._package_store = PackageStore(self._cache_for(device).folder)
+            self._package_store = PackageStore(self._cache_for(device).folder, kind=self.compile_backend)
         return self._package_store
+
+    def _function_for(self, key: dict[str, Any]) -> Callable[..., Any] | None:
+        """The float model's function a package key was recorded from (by its name; ``_fn``'s names), or None:
+        a precompile package is loaded beside it (its module's weights, the fallback of a failed guard)."""
+        functions: dict[str, Callable[..., Any]] = {"features": self.model.features,
+                                                   "refine_step": self.model.refine_step, "ncc_polish": ncc_polish}
+        return functions.get(str(key.get("name", "")))
 
     def _weights_digest(self, fn: Callable[..., Any]) -> str:
         owner = getattr(fn, "__self__", None)
@@ -417,7 +440,7 @@ class CorrTrackTracker(Tracker):
                 if key_digest in self._packages:
                     continue
                 t1 = time.perf_counter()
-                got = store.load_digest(key_digest)
+                got = store.load_digest(key_digest, resolve=self._function_for)
                 if got is None:
                     joblog.event(f"package {key_digest} missing or refused: compiling instead")
                     return False
@@ -431,22 +454,24 @@ class CorrTrackTracker(Tracker):
             self._packages.update(loaded)
         seconds = time.perf_counter() - t0
         joblog.event("packages loaded from the disk cache: compiled from this batch", seconds=round(seconds, 3))
-        joblog.set(backend="aoti", state="compiled", from_cache=True, seconds=round(seconds, 3))
+        joblog.set(backend=self.compile_backend, state="compiled", from_cache=True, seconds=round(seconds, 3))
         self.job_log = joblog
         self.switch.adopt(keys, seconds, from_cache=True)
         return True
 
     def _record_call(self, name: str, fn: Callable[..., Any], device: torch.device, args: tuple) -> Any:
-        """In a compile job (aoti): note fn's call (its key under this thread's autocast) and run it plainly."""
+        """In a compile job (aoti, precompile): note fn's call (its key under this thread's autocast) and run it
+        plainly."""
         recorded = getattr(self._local, "recorded", None)
         if recorded is not None:
-            key = call_key(name, fn, args, device.type, self._weights_digest(fn))
+            key = call_key(name, fn, args, device.type, self._weights_digest(fn), kind=self.compile_backend)
             recorded.append((getattr(self._local, "phase", "track"), name, fn, args, key))
         return fn(*args)
 
     def _packaged_call(self, name: str, fn: Callable[..., Any], device: torch.device, args: tuple) -> Any:
-        """In a run (aoti): the package made for this call's key, or fn where there is none (noted once)."""
-        key = call_key(name, fn, args, device.type, self._weights_digest(fn))
+        """In a run (aoti, precompile): the package made for this call's key, or fn where there is none (noted
+        once); a precompiled package whose guards this call fails runs fn too (``Precompiled``)."""
+        key = call_key(name, fn, args, device.type, self._weights_digest(fn), kind=self.compile_backend)
         package = self._packages.get(compile_packages.digest(key))
         if package is None:
             text = describe_call(key)
@@ -458,8 +483,8 @@ class CorrTrackTracker(Tracker):
 
     def _build_packages(self, device: torch.device, recorded: list[tuple], keys: tuple[tuple, ...],
                         joblog: JobLog) -> bool:
-        """Load or build (export + AOTInductor) a package per distinct recorded call; index them per key.
-        Returns whether every one came from the disk."""
+        """Load or build (aoti: export + AOTInductor; precompile: aot_compile) a package per distinct recorded
+        call; index them per key. Returns whether every one came from the disk."""
         store = self._store_for(device)
         per_phase: dict[str, list[str]] = {"prepare": [], "track": []}
         built = 0
@@ -472,15 +497,14 @@ class CorrTrackTracker(Tracker):
             if have:
                 continue
             t0 = time.perf_counter()
-            package = store.load(key)
+            package = store.load(key, fn)
             if package is not None:
                 joblog.event(f"loaded {describe_call(key)} from disk", seconds=round(time.perf_counter() - t0, 3))
             else:
                 joblog.event(f"building {describe_call(key)}")
                 package, parts = store.build(fn, args, key, device.type, exclusive=self._export_lock)
                 built += 1
-                joblog.event(f"built {describe_call(key)}", export_s=round(parts["export_s"], 2),
-                             compile_s=round(parts["compile_s"], 2))
+                joblog.event(f"built {describe_call(key)}", **{k: round(v, 2) for k, v in parts.items()})
             with self._compile_lock:
                 self._packages[key_digest] = package
         for k in keys:
@@ -599,7 +623,7 @@ class CorrTrackTracker(Tracker):
                     if num_points:
                         self._local.phase = "track"
                         self.track(prepared, _stand_in_queries(num_points, video_shape), ctx)
-                    if self.compile_backend == "aoti":
+                    if self.compile_backend in PACKAGE_BACKENDS:
                         joblog.event(f"stand-in batch ran eagerly: {len(recorded)} calls to package")
                         packaged_from_cache = self._build_packages(device, recorded, keys, joblog)
                 if stream is not None:
@@ -612,7 +636,7 @@ class CorrTrackTracker(Tracker):
                 raise RetryLater("a batch with TF32 on began or ended during the compile")
             after = inductor_cache_counts()
             joblog.set(fx_cache_hits=after["hit"] - counts["hit"], fx_cache_misses=after["miss"] - counts["miss"])
-            if self.compile_backend == "aoti":
+            if self.compile_backend in PACKAGE_BACKENDS:
                 from_cache = packaged_from_cache
             else:
                 from_cache = after["hit"] > counts["hit"] and after["miss"] == counts["miss"]
@@ -632,7 +656,8 @@ class CorrTrackTracker(Tracker):
             return body()
         try:
             if self.compile_mode == "background" and self.compile_backend == "aoti":
-                with self._export_lock:  # never while a background job exports (PackageStore.build)
+                # never while a background job exports (PackageStore.write; precompile's dynamo trace needs no lock)
+                with self._export_lock:
                     return body()
             return body()
         except Exception as exc:
@@ -797,10 +822,12 @@ def compile_mode(value: bool | str | None, environ: Any = None) -> str:
 
 
 def compile_backend_for(value: str | None, environ: Any = None) -> str:
-    """aoti / dynamo from a constructor argument or, for None, TRACKSCOPE_CORRTRACK_COMPILE_BACKEND; unset: dynamo.
-    aoti is opt-in, and only where this torch can package (compile_packages.available): on the H200 (torch 2.11,
-    CUDA 13, session 19) loading a freshly built package crashed the process (a segfault in torch's
-    ``aoti_load_package``), which no handler can catch. ValueError for another word."""
+    """aoti / dynamo / precompile from a constructor argument or, for None, TRACKSCOPE_CORRTRACK_COMPILE_BACKEND;
+    unset: dynamo. aoti is opt-in, and only where this torch can package (compile_packages.available): on the H200
+    (torch 2.11, CUDA 13, sessions 19-20) loading a CUDA package crashed the process (a segfault in torch's
+    ``aoti_load_package``), which no handler can catch. precompile is opt-in too (dynamo's precompile is
+    experimental in torch); where torch lacks it (``available_precompile``) its job fails and runs stay eager,
+    with ``compile_error`` saying why. ValueError for another word."""
     if value is None:
         env = os.environ if environ is None else environ
         value = str(env.get(COMPILE_BACKEND_ENV, "")).strip().lower() or None
