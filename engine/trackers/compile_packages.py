@@ -8,7 +8,7 @@ second start had not switched to compiled code after 60 s (session 18), and 16.5
   shapes: a shared library plus its constants, loaded by ``torch._inductor.aoti_load_package`` without tracing
   anything. On the H200 (torch 2.11, CUDA 13) that loader segfaulted for every CUDA package
   (scripts/aoti_load_probe.py); CPU packages load.
-- ``precompile`` (torch >= 2.10, ``available_precompile``): dynamo's own precompile,
+- ``precompile`` (torch >= 2.13, ``available_precompile``; 2.11 lacks it): dynamo's own precompile,
   ``torch.compile(fn, fullgraph=True).aot_compile((args, {}))`` saved with ``save_compiled_function`` and read
   back with ``torch.compiler.load_compiled_function``: dynamo's transformed bytecode, its guards and the bundled
   AOTAutograd/Inductor output, loaded without tracing. A bound method's module is not in the file (it is
