@@ -6,8 +6,9 @@ resolution (MODEL_SIZE x MODEL_SIZE pixels; (0, 0) the centre of the top-left pi
 1. ``backbone``: frames [F, 3, 256, 256] -> features [F, 64*64, C] at stride 4 (stride-8 and -16 paths
    fused in, FPN style), channels last so the correlation is one matrix product.
 2. ``query_features``: bilinear samples of the query frame's features at (x, y) -> [B, N, C].
-3. ``cost_volume``: every query against every position of every frame, [B, N, T, 64, 64], average-pooled
-   to strides 8 and 16 (pooling a correlation = correlating pooled features, by linearity).
+3. ``cost_volume``: every query against every position of every frame, [B, N, T, 64, 64], and at strides
+   8 and 16 against average-pooled features (the same numbers as pooling the volume, by linearity, without
+   reading the stride-4 volume back).
 4. ``init_head``: on the stride-8 volume, the argmax per frame and a soft-argmax in a small window around
    it (no pass over the volume beyond max, logsumexp and a 25-element gather), plus occlusion and
    accuracy logits from the peak's statistics.
@@ -144,12 +145,14 @@ class TemporalBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         d = self.dilation
-        y = self.norm(x)
-        t = y.shape[1]
-        yp = F.pad(y, (0, 0, d, d))  # zero frames beyond both ends: [M, T + 2d, D]
+        y = layer_norm(self.norm, x)
         taps = self.taps.to(y.dtype)
-        y = yp[:, :t] * taps[0] + yp[:, d:d + t] * taps[1] + yp[:, 2 * d:2 * d + t] * taps[2] + self.tap_bias
-        return x + self.fc2(F.gelu(self.fc1(y)))
+        # frame t's own tap over the bias, then frames t-d and t+d added into the frames that have them (zero
+        # frames beyond both ends): three passes over [M, T, D], no padded copy
+        mixed = torch.addcmul(self.tap_bias.to(y.dtype), y, taps[1])
+        mixed[:, d:].addcmul_(y[:, :-d], taps[0])
+        mixed[:, :-d].addcmul_(y[:, d:], taps[2])
+        return x + self.fc2(F.gelu(self.fc1(mixed)))
 
 
 class TemporalAttention(nn.Module):
@@ -179,7 +182,7 @@ class TemporalAttention(nn.Module):
         """x [M, T, D]; key_logits [M, T, 2] (visibility and accuracy logits per frame) -> [M, T, D]."""
         m, t, d = x.shape
         h = self.heads
-        qkv = self.qkv(self.norm(x)).view(m, t, 3, h, d // h).permute(2, 0, 3, 1, 4)  # [3, M, H, T, Dh]
+        qkv = self.qkv(layer_norm(self.norm, x)).view(m, t, 3, h, d // h).permute(2, 0, 3, 1, 4)  # [3, M, H, T, Dh]
         q, k, v = qkv[0], qkv[1], qkv[2]
         frames = torch.arange(t, device=x.device, dtype=torch.float32)
         distance = (frames.view(t, 1) - frames.view(1, t)).abs()  # [T, T]
@@ -190,6 +193,20 @@ class TemporalAttention(nn.Module):
         mask = (time_bias.unsqueeze(0) + trust.transpose(1, 2).unsqueeze(2)).to(q.dtype)  # [M, H, T, T]
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [M, H, T, Dh]
         return x + self.proj(y.transpose(1, 2).reshape(m, t, d))
+
+
+def layer_norm(norm: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
+    """``norm(x)``, but under half-precision autocast in that dtype (statistics still accumulate in fp32 inside
+    the kernel): autocast would run it in fp32, adding a cast before and after and doubling the bytes of every
+    elementwise op on its output."""
+    dev = x.device.type
+    if torch.is_autocast_enabled(dev):
+        dtype = torch.get_autocast_dtype(dev)
+        if dtype in (torch.float16, torch.bfloat16):
+            with torch.autocast(dev, enabled=False):
+                return F.layer_norm(x.to(dtype), norm.normalized_shape, norm.weight.to(dtype), norm.bias.to(dtype),
+                                    norm.eps)
+    return norm(x)
 
 
 def sample_points(feats: torch.Tensor, size: int, frame: torch.Tensor, xy: torch.Tensor) -> torch.Tensor:
@@ -233,9 +250,9 @@ def local_windows(vol: torch.Tensor, size: int, centre: torch.Tensor, radius: in
     patch = torch.gather(vol, 1, idx.view(m, k * k)).view(m, k, k) * inside.to(vol.dtype)
     fx = frac[:, 0].view(m, 1, 1)
     fy = frac[:, 1].view(m, 1, 1)
-    top = patch[:, :-1, :-1] * (1 - fx) + patch[:, :-1, 1:] * fx
-    bottom = patch[:, 1:, :-1] * (1 - fx) + patch[:, 1:, 1:] * fx
-    return (top * (1 - fy) + bottom * fy).reshape(m, (k - 1) * (k - 1))
+    top = torch.lerp(patch[:, :-1, :-1], patch[:, :-1, 1:], fx)  # one pass each: a + w * (b - a)
+    bottom = torch.lerp(patch[:, 1:, :-1], patch[:, 1:, 1:], fx)
+    return torch.lerp(top, bottom, fy).reshape(m, (k - 1) * (k - 1))
 
 
 class CorrTrackNet(nn.Module):
@@ -293,16 +310,24 @@ class CorrTrackNet(nn.Module):
         q = qfeat / math.sqrt(c)
         if not torch.is_autocast_enabled(feats.device.type):
             q = q.to(feats.dtype)
-        if self.corr_recipe is not None:  # int8/fp8: per query x per position scales
+        n = q.shape[1]
+        if self.corr_recipe is not None:  # int8/fp8: per query x per position scales, the pooling after it
             vol = quantized_matmul(q, feats.reshape(b, t * hw, c).transpose(1, 2), self.corr_recipe)
-        else:
-            vol = torch.matmul(q, feats.reshape(b, t * hw, c).transpose(1, 2))  # [B, N, T*HW]
-        n = vol.shape[1]
-        levels = [vol.view(b, n, t, size, size)]
-        flat = vol.view(b * n * t, 1, size, size)
-        for factor in POOL_FACTORS[1:]:
-            flat = F.avg_pool2d(flat, factor // (POOL_FACTORS[len(levels) - 1]))
-            levels.append(flat.view(b, n, t, flat.shape[-2], flat.shape[-1]))
+            levels = [vol.view(b, n, t, size, size)]
+            flat = vol.view(b * n * t, 1, size, size)
+            for factor in POOL_FACTORS[1:]:
+                flat = F.avg_pool2d(flat, factor // (POOL_FACTORS[len(levels) - 1]))
+                levels.append(flat.view(b, n, t, flat.shape[-2], flat.shape[-1]))
+            return levels
+        # the coarser levels correlate pooled features (the same numbers as pooling the volume, by linearity):
+        # a few MB of features pooled instead of the whole stride-4 volume read back
+        levels = []
+        grid = feats.view(b, t, size, size, c)
+        for factor in POOL_FACTORS:
+            s = size // factor
+            pooled = grid if factor == 1 else grid.view(b, t, s, factor, s, factor, c).mean(dim=(3, 5))
+            vol = torch.matmul(q, pooled.reshape(b, t * s * s, c).transpose(1, 2))  # [B, N, T*s*s]
+            levels.append(vol.view(b, n, t, s, s))
         return levels
 
     def init_head(self, levels: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -355,7 +380,7 @@ class CorrTrackNet(nn.Module):
             key_logits = torch.stack([vis.detach(), acc.detach()], dim=-1).view(b * n, t, 2)
             for layer in self.attention:
                 hidden = layer(hidden, key_logits)
-        delta = self.update(self.out_norm(hidden)).float().view(b, n, t, 4)
+        delta = self.update(layer_norm(self.out_norm, hidden)).float().view(b, n, t, 4)
         pos = pos.detach() + delta[..., :2] * STEP_SCALE
         return hidden, pos, vis + delta[..., 2], acc + delta[..., 3]
 
