@@ -337,7 +337,8 @@ class CorrTrackNet(nn.Module):
         stride = FEATURE_STRIDE * POOL_FACTORS[INIT_LEVEL]
         flat = vol.reshape(b * n * t, s * s)
         peak, arg = flat.max(dim=1)  # [M]
-        lse = torch.logsumexp(flat.float(), dim=1)
+        # logsumexp through the known peak, summed in fp32 (no fp32 copy of the volume): terms lie in (0, 1]
+        lse = peak.float() + torch.log(torch.exp(flat - peak.unsqueeze(1)).sum(dim=1, dtype=torch.float32))
         centre = torch.stack([arg % s, arg // s], dim=1).float()  # [M, 2] (x, y) cells
         r = INIT_RADIUS
         win = local_windows(flat, s, centre, r).float()  # integer centre: exact cells
