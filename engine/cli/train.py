@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from engine.core.outputs import check_output_folder
+from engine.trackers.corrtrack.support import SUPPORT_GRID
 from engine.training.corrtrack import HARD_VAL_FRAMES, TEXTURE_SIZE, VAL_FRAMES, train
 from engine.training.losses import HUBER_DELTA_PX
 
@@ -32,12 +33,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attention-layers", type=int, default=None,
                    help="temporal attention layers per refinement iteration (0: v1, the default; 1: v2)")
     p.add_argument("--attention-heads", type=int, default=None, help="heads of each attention layer (default 4)")
+    p.add_argument("--track-attention-layers", type=int, default=None,
+                   help="attention layers across tracks per refinement iteration (0: v1/v2, the default; 1: v3); "
+                        "with --init-from resources/corrtrack_v2.safetensors: every v2 tensor loaded, the track "
+                        "attention added at zero output")
+    p.add_argument("--support-grid", type=int, default=SUPPORT_GRID,
+                   help=f"v3: support points per side appended to each video's queries on frame 0, no loss on them "
+                        f"(default {SUPPORT_GRID}, as the tracker; 0: none)")
     p.add_argument("--texture-poor-share", type=float, default=None,
-                   help="share of training backgrounds with a texture-poor surface (default 0.3 for v2, 0 for v1)")
+                   help="share of training backgrounds with a texture-poor surface (default 0.3 for v2/v3, 0 for v1)")
     p.add_argument("--texture-poor-sprite-share", type=float, default=None,
-                   help="share of training sprites with one (default 0.15 for v2, 0 for v1)")
+                   help="share of training sprites with one (default 0.15 for v2 and v3, 0 for v1)")
     p.add_argument("--motion-blur-prob", type=float, default=None,
-                   help="share of training videos with motion blur (default 0.25 for v2, 0 for v1)")
+                   help="share of training videos with motion blur (default 0.25 for v2 and v3, 0 for v1)")
     p.add_argument("--val-every", type=float, default=60.0, help="seconds between validations")
     p.add_argument("--val-videos", type=int, default=32)
     p.add_argument("--val-frames", type=int, default=VAL_FRAMES, help="frames of the (v1) validation videos")

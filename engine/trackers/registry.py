@@ -51,6 +51,21 @@ def _builtin() -> dict[str, Callable[[], Tracker]]:
         tracker.name = "corrtrack-v2"
         return tracker
 
+    def corrtrack_v3() -> Tracker:
+        """The v3 network (v2 + attention across tracks, with support points; resources/corrtrack_v3.safetensors)."""
+        from engine.trackers.corrtrack import CorrTrackTracker
+        from engine.trackers.corrtrack import weights as W
+
+        if not W.V3_WEIGHTS.is_file():
+            raise TrackerError(f"corrtrack-v3: its weights {W.V3_WEIGHTS} are not installed (v3 is trained with "
+                               "`trackscope train --init-from resources/corrtrack_v2.safetensors "
+                               "--track-attention-layers 1`, see docs/corrtrack.md)",
+                               "use corrtrack-v2 or corrtrack (v1), or ship trained v3 weights with "
+                               "weights.ship(checkpoint, weights.V3_WEIGHTS)")
+        tracker = CorrTrackTracker(weights=W.V3_WEIGHTS)
+        tracker.name = "corrtrack-v3"
+        return tracker
+
     def corrtrack_nopolish() -> Tracker:
         """CorrTrack without its NCC sub-pixel polish: faster, less precise (an A/B and bench pairing)."""
         from engine.trackers.corrtrack import CorrTrackTracker
@@ -60,6 +75,7 @@ def _builtin() -> dict[str, Callable[[], Tracker]]:
         return tracker
 
     return {"corrtrack": corrtrack, "corrtrack-v1": corrtrack_v1, "corrtrack-v2": corrtrack_v2,
+            "corrtrack-v3": corrtrack_v3,
             "corrtrack-nopolish": corrtrack_nopolish, "lk": lk}
 
 

@@ -11,6 +11,12 @@ tensor, the new attention layers at zero output), ``--resume`` continues a v2 ch
 its manifest). Training data for a v2 net gets texture-poor surfaces and motion blur by default
 (V2_DATA_DEFAULTS). Beside the v1 validation set (unchanged, so curves compare) a second, "hard" set is
 scored: texture-poor surfaces and motion blur in longer clips (HARD_VAL_*), logged as ``hard_aj`` etc.
+
+v3 (attention across tracks, ``--track-attention-layers``): ``--init-from`` warm-starts it from v2 (or v1) weights
+the same way (the track attention at zero output), ``--resume`` keeps a v3 checkpoint's config. The N training
+points of a video are the tracks that attend to each other; as at test time (the tracker) each video's queries
+get ``--support-grid``^2 support queries on frame 0 appended (support.py), with no loss on their rows; the
+validation runs with them too.
 """
 
 from __future__ import annotations
@@ -31,7 +37,14 @@ import torch
 from engine.core.atomic import atomic_open
 from engine.core.devices import device_name, resolve_device
 from engine.core.errors import UserError
-from engine.trackers.corrtrack.model import CorrTrackConfig, CorrTrackNet, count_parameters, visible_from_logits
+from engine.trackers.corrtrack.model import (
+    MODEL_SIZE,
+    CorrTrackConfig,
+    CorrTrackNet,
+    count_parameters,
+    visible_from_logits,
+)
+from engine.trackers.corrtrack.support import SUPPORT_GRID, support_count, with_support
 from engine.trackers.corrtrack.weights import load_model, save_model, warm_start
 from engine.training.losses import track_losses
 
@@ -87,9 +100,27 @@ def make_val_set(device: torch.device, num_videos: int, num_frames: int, num_poi
     return batches
 
 
+def support_grid_for(cfg: CorrTrackConfig, grid: int) -> int:
+    """Support points per side a net of ``cfg`` trains and validates with: ``grid`` for v3, 0 for v1/v2."""
+    return grid if cfg.track_attention_layers > 0 else 0
+
+
+def run_with_support(model: Any, video: torch.Tensor, queries: torch.Tensor, grid: int
+                     ) -> tuple[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], torch.Tensor]:
+    """``model(video, queries)`` with grid^2 support queries appended to each video's (as the tracker does), their
+    rows dropped from the estimates and match logits: -> the outputs for ``queries`` [B, N, 3] only."""
+    if grid <= 0:
+        return model(video, queries)
+    n = queries.shape[1]
+    outputs, match_logits = model(video, with_support(queries, grid, MODEL_SIZE))
+    return [(pos[:, :n], vis[:, :n], acc[:, :n]) for pos, vis, acc in outputs], match_logits[:, :n]
+
+
 @torch.no_grad()
-def validate(model: CorrTrackNet, batches: list[Any], device: torch.device, precision: str) -> dict[str, float]:
-    """Mean TAP-Vid AJ / delta_avg / OA (query mode "first") over the validation videos."""
+def validate(model: CorrTrackNet, batches: list[Any], device: torch.device, precision: str,
+             support_grid: int = 0) -> dict[str, float]:
+    """Mean TAP-Vid AJ / delta_avg / OA (query mode "first") over the validation videos (``support_grid``: support
+    points per side appended to each video's queries, as a v3 tracker does)."""
     from engine.analysis.metrics import mean_scores, tapvid_metrics
 
     was_training = model.training
@@ -97,7 +128,7 @@ def validate(model: CorrTrackNet, batches: list[Any], device: torch.device, prec
     scores = []
     for batch in batches:
         with _autocast(device, precision):
-            pos, vis, acc = model(batch.video, batch.queries)[0][-1]
+            pos, vis, acc = run_with_support(model, batch.video, batch.queries, support_grid)[0][-1]
         pred = pos.float().cpu().numpy()
         pred_vis = visible_from_logits(vis, acc).cpu().numpy()
         gt = batch.tracks.cpu().numpy()
@@ -117,11 +148,14 @@ def train(args: argparse.Namespace) -> int:
     from engine.training.synthetic.views import ALL_VIEWS, batch_view
 
     for name, default in (("init_from", None), ("attention_layers", None), ("attention_heads", None),
+                          ("track_attention_layers", None), ("support_grid", SUPPORT_GRID),
                           ("val_frames", VAL_FRAMES), ("hard_val_videos", 0), ("hard_val_frames", HARD_VAL_FRAMES)):
         if not hasattr(args, name):  # a Namespace built before these options existed
             setattr(args, name, default)
     if args.batch_size < 1 or args.num_points < 1 or args.num_frames < 2:
         raise UserError("batch size and points must be >= 1 and frames >= 2")
+    if args.support_grid < 0 or (args.track_attention_layers is not None and args.track_attention_layers < 0):
+        raise UserError("--support-grid and --track-attention-layers must be >= 0")
     if args.echo < 1 or args.huber_delta <= 0:
         raise UserError("--echo must be >= 1 and --huber-delta > 0")
     if args.steps <= 0 and args.minutes <= 0:
@@ -142,18 +176,26 @@ def train(args: argparse.Namespace) -> int:
         if layers is not None and layers != model.cfg.attention_layers:
             raise UserError(f"{args.resume} has {model.cfg.attention_layers} attention layer(s), --attention-layers "
                             f"says {layers}", "to add attention to v1 weights use --init-from instead of --resume")
+        track_layers = getattr(args, "track_attention_layers", None)
+        if track_layers is not None and track_layers != model.cfg.track_attention_layers:
+            raise UserError(f"{args.resume} has {model.cfg.track_attention_layers} track attention layer(s), "
+                            f"--track-attention-layers says {track_layers}",
+                            "to add track attention to v2 weights use --init-from instead of --resume")
         prior_steps = int(manifest.get("training", {}).get("total_steps", 0))
         prior_curve = list(manifest.get("curve", []))
         prior_runs = list(manifest.get("runs", [manifest["training"]] if "training" in manifest else []))
     elif args.init_from is not None:  # its history carries over: the new layers start by changing nothing
-        model, manifest = warm_start(args.init_from, args.attention_layers or 0, args.attention_heads, device)
+        model, manifest = warm_start(args.init_from, args.attention_layers or 0, args.attention_heads, device,
+                                     track_attention_layers=args.track_attention_layers or 0)
         prior_steps = int(manifest.get("training", {}).get("total_steps", 0))
         prior_curve = list(manifest.get("curve", []))
         prior_runs = list(manifest.get("runs", [manifest["training"]] if "training" in manifest else []))
     else:
         model = CorrTrackNet(CorrTrackConfig(attention_layers=args.attention_layers or 0,
-                                             attention_heads=args.attention_heads or 4)).to(device)
+                                             attention_heads=args.attention_heads or 4,
+                                             track_attention_layers=args.track_attention_layers or 0)).to(device)
     args.data_knobs = data_knobs(args, model.cfg)
+    args.run_support_grid = grid = support_grid_for(model.cfg, args.support_grid)
     model.backbone.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stubs lack it
     model.train()
     step_fn = torch.compile(model) if args.compile else model
@@ -176,7 +218,8 @@ def train(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     command = "trackscope train " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 1 else ""
     print(f"setup {time.perf_counter() - t_setup:.1f} s; {count_parameters(model)} parameters (CorrTrack "
-          f"{model.cfg.version}, {model.cfg.attention_layers} attention layer(s)); {len(textures)} train textures; "
+          f"{model.cfg.version}, {model.cfg.attention_layers} attention layer(s){_v3_words(model.cfg, grid)}); "
+          f"{len(textures)} train textures; "
           f"data {args.data_knobs}; device {device}", flush=True)
 
     curve: list[dict[str, float]] = prior_curve
@@ -213,7 +256,7 @@ def train(args: argparse.Namespace) -> int:
             t_step = time.perf_counter()
             probes.append((t_step - t_gen) * 1e3)
         with _autocast(device, args.precision):
-            outputs, match_logits = step_fn(batch.video, batch.queries)
+            outputs, match_logits = run_with_support(step_fn, batch.video, batch.queries, grid)  # no loss on support
         terms = track_losses(outputs, match_logits, batch.tracks, batch.visible, args.huber_delta)
         opt.zero_grad(set_to_none=True)
         terms.total.backward()
@@ -243,9 +286,16 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _v3_words(cfg: CorrTrackConfig, grid: int) -> str:
+    """The setup line's words on a v3 net's track attention and support points ('' for v1/v2)."""
+    if cfg.track_attention_layers <= 0:
+        return ""
+    return f", {cfg.track_attention_layers} track attention layer(s), {support_count(grid)} support points"
+
+
 def data_knobs(args: argparse.Namespace, cfg: CorrTrackConfig) -> dict[str, float]:
-    """The synthetic-data knobs of this run: the command's, else V2_DATA_DEFAULTS for a v2 net, 0 for v1."""
-    defaults = V2_DATA_DEFAULTS if cfg.attention_layers > 0 else dict.fromkeys(V2_DATA_DEFAULTS, 0.0)
+    """The synthetic-data knobs of this run: the command's, else V2_DATA_DEFAULTS for a v2 or v3 net, 0 for v1."""
+    defaults = V2_DATA_DEFAULTS if cfg.version != "v1" else dict.fromkeys(V2_DATA_DEFAULTS, 0.0)
     knobs = {}
     for name, default in defaults.items():
         value = getattr(args, name, None)
@@ -261,7 +311,7 @@ def _validate_and_save(model: CorrTrackNet, val_batches: dict[str, list[Any]], d
     point: dict[str, float] = {"step": args.prior_steps + step, "time_s": round(time.perf_counter() - t0, 1)}
     words = []
     for prefix, batches in val_batches.items():
-        scores = validate(model, batches, device, args.precision)
+        scores = validate(model, batches, device, args.precision, getattr(args, "run_support_grid", 0))
         point.update({prefix + k: round(v, 4) for k, v in scores.items()})
         label = "hard (texture-poor + motion blur, " f"{args.hard_val_frames} frames): " if prefix else ""
         words.append(f"{label}AJ {scores['aj']:.4f} delta_avg {scores['delta_avg']:.4f} OA {scores['oa']:.4f}")
@@ -277,6 +327,7 @@ def _validate_and_save(model: CorrTrackNet, val_batches: dict[str, list[Any]], d
         "huber_delta": args.huber_delta,
         "init_from": str(args.init_from) if getattr(args, "init_from", None) else None,
         "data": args.data_knobs,
+        **({"support_grid": args.run_support_grid} if getattr(args, "run_support_grid", 0) else {}),
         "device": device_name(device),
         "seconds": point["time_s"],
     }

@@ -19,7 +19,10 @@ resolution (MODEL_SIZE x MODEL_SIZE pixels; (0, 0) the centre of the top-left pi
    (``attention_layers`` > 0) each iteration then runs temporal self-attention over all T frames of each
    track (TemporalAttention), so frames whose local correlation is ambiguous borrow from the track's
    confident frames far away in time; its output projection starts at zero, so v1 weights in a v2 net
-   compute exactly v1's outputs.
+   compute exactly v1's outputs. From v3 (``track_attention_layers`` > 0) it then runs attention across the
+   tracks of each video in each frame (support.TrackAttention), so a point on a plain surface borrows motion
+   from its neighbours; the tracker adds a grid of support queries for that (support.py). Its output
+   projection starts at zero too: v2 weights in a v3 net compute exactly v2's outputs.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.trackers.corrtrack.support import TrackAttention
 from engine.trackers.quant import QuantRecipe, quantized_matmul
 
 MODEL_SIZE = 256  # frames are resized to MODEL_SIZE x MODEL_SIZE
@@ -60,16 +64,21 @@ class CorrTrackConfig:
     mixer_dilations: tuple[int, ...] = (1, 2, 4, 8)
     num_iters: int = 4
     attention_layers: int = 0  # v2: temporal self-attention layers per refinement iteration (0 = v1)
-    attention_heads: int = 4
+    attention_heads: int = 4  # heads of the temporal and the track attention layers
+    track_attention_layers: int = 0  # v3: attention across tracks per refinement iteration, after the temporal
 
     def __post_init__(self) -> None:
         if self.attention_layers < 0 or self.attention_heads < 1 or self.hidden_dim % self.attention_heads:
             raise ValueError(f"attention_layers must be >= 0 and attention_heads >= 1 dividing hidden_dim "
                              f"{self.hidden_dim}; got {self.attention_layers} layers, {self.attention_heads} heads")
+        if self.track_attention_layers < 0:
+            raise ValueError(f"track_attention_layers must be >= 0; got {self.track_attention_layers}")
 
     @property
     def version(self) -> str:
-        """"v1" (temporal convolutions only) or "v2" (with temporal attention)."""
+        """"v1" (temporal convolutions only), "v2" (with temporal attention) or "v3" (with attention across tracks)."""
+        if self.track_attention_layers > 0:
+            return "v3"
         return "v2" if self.attention_layers > 0 else "v1"
 
     def to_dict(self) -> dict:
@@ -85,6 +94,7 @@ class CorrTrackConfig:
             num_iters=int(data["num_iters"]),
             attention_layers=int(data.get("attention_layers", 0)),  # v1 manifests lack the v2 fields
             attention_heads=int(data.get("attention_heads", 4)),
+            track_attention_layers=int(data.get("track_attention_layers", 0)),  # v1/v2 manifests lack it
         )
 
 
@@ -276,6 +286,8 @@ class CorrTrackNet(nn.Module):
         self.blocks = nn.ModuleList(TemporalBlock(d, dil) for dil in self.cfg.mixer_dilations)
         self.attention = nn.ModuleList(TemporalAttention(d, self.cfg.attention_heads)
                                        for _ in range(self.cfg.attention_layers))
+        self.track_attention = nn.ModuleList(TrackAttention(d, self.cfg.attention_heads, MODEL_SIZE, layer_norm)
+                                             for _ in range(self.cfg.track_attention_layers))
         self.out_norm = nn.LayerNorm(d)
         self.update = nn.Linear(d, 4)  # (dx, dy, d visible logit, d accurate logit)
         nn.init.zeros_(self.update.weight)
@@ -381,6 +393,10 @@ class CorrTrackNet(nn.Module):
             key_logits = torch.stack([vis.detach(), acc.detach()], dim=-1).view(b * n, t, 2)
             for layer in self.attention:
                 hidden = layer(hidden, key_logits)
+        if len(self.track_attention):  # across the B videos' tracks, frame by frame, at this iteration's estimates
+            where, vis_now, acc_now = pos.detach(), vis.detach(), acc.detach()
+            for track_layer in self.track_attention:
+                hidden = track_layer(hidden, where, vis_now, acc_now)
         delta = self.update(layer_norm(self.out_norm, hidden)).float().view(b, n, t, 4)
         pos = pos.detach() + delta[..., :2] * STEP_SCALE
         return hidden, pos, vis + delta[..., 2], acc + delta[..., 3]

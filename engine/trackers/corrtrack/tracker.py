@@ -23,7 +23,11 @@ precompile (``aot_compile``; a pickle of the compiled function and its guards, l
 AOTInductor. A compile that fails falls back to the uncompiled code for good. How the two threads stay
 off each other: ``_compile_job``.
 int8/fp8 (engine.trackers.quant): a quantised copy of the network, made once per mode and device, runs
-them; the float model is never touched, so fp32/tf32/fp16/bf16 run as before. Quantised: the backbone's
+them; the float model is never touched, so fp32/tf32/fp16/bf16 run as before.
+v3 (attention across tracks): every track batch gets ``support_grid`` x ``support_grid`` support queries on frame 0
+appended (support.py; a fixed count, so a batch's shapes stay static for graphs and compile), and their rows are
+dropped at the end of the refine stage, before the polish, the download and the query-frame overwrite: the
+result holds the user's rows only. v1/v2 nets get none (the same code path as before). Quantised: the backbone's
 1x1 projections, the correlation volume's matmul (per-query x per-position dynamic scales), query_in, the
 temporal blocks' MLPs and corr_in (kept in float for fp8: KEEP_FLOAT says why); NOT_QUANTISED_STAGES
 lists the rest. Quantised stages are captured in CUDA graphs like the others (dynamic scales are device
@@ -73,6 +77,7 @@ from engine.trackers.compiled_switch import (
 from engine.trackers.corrtrack.graphs import GraphCache, GraphCaptureError
 from engine.trackers.corrtrack.model import MODEL_SIZE, CorrTrackNet, count_parameters, visible_from_logits
 from engine.trackers.corrtrack.polish import PolishConfig, grey_frames, ncc_polish
+from engine.trackers.corrtrack.support import SUPPORT_FRAME, SUPPORT_GRID, support_count, with_support
 from engine.trackers.corrtrack.weights import DEFAULT_WEIGHTS, load_model
 from engine.trackers.quant import QuantReport, quantize_module, recipe_for
 
@@ -139,7 +144,8 @@ class CorrTrackTracker(Tracker):
     def __init__(self, weights: Path | str | None = None, model: CorrTrackNet | None = None,
                  cuda_graphs: bool | None = None, polish: bool | None = None,
                  polish_config: PolishConfig | None = None, compile: bool | str | None = None,
-                 compile_cache_root: Path | None = None, compile_backend: str | None = None):
+                 compile_cache_root: Path | None = None, compile_backend: str | None = None,
+                 support_grid: int = SUPPORT_GRID):
         """Load checked weights (default: the shipped ones), or use ``model`` as given (tests).
 
         polish: NCC sub-pixel polish after refinement (default on, unless TRACKSCOPE_CORRTRACK_POLISH=0).
@@ -148,7 +154,10 @@ class CorrTrackTracker(Tracker):
         keyed compile-cache folders go (default ~/.cache/trackscope/compile). compile_backend: "dynamo"
         (torch.compile, the default), "aoti" (AOTInductor packages) or "precompile" (dynamo's precompile
         packages, torch >= 2.13), both opt-in, unless TRACKSCOPE_CORRTRACK_COMPILE_BACKEND says otherwise.
+        support_grid: a v3 net's support points per side (support_grid^2 per batch; 0: none); v1/v2 nets ignore it.
         """
+        if support_grid < 0:
+            raise ValueError(f"support_grid must be >= 0 (0: no support points), not {support_grid}")
         if model is not None:
             self.model = model.eval()
             self.manifest: dict[str, Any] = {}
@@ -163,6 +172,8 @@ class CorrTrackTracker(Tracker):
             polish = env_flag(POLISH_ENV, default=True)
         self.polish = polish
         self.polish_config = polish_config or PolishConfig()
+        self.support_grid = int(support_grid)
+        self.support_batches = 0  # track batches run with support points (v3)
         self.compile_mode = compile_mode(compile)
         self.compile = self.compile_mode != "off"
         self.compile_error = ""
@@ -208,6 +219,10 @@ class CorrTrackTracker(Tracker):
         }
         if self.polish:
             info["polish_config"] = self.polish_config.to_dict()
+        if self.model.cfg.track_attention_layers > 0:
+            grid = self.support_grid
+            info["support_points"] = {"count": support_count(grid), "grid": f"{grid}x{grid}", "frame": SUPPORT_FRAME,
+                                      "batches_run": self.support_batches}
         if self.graph_error:
             info["cuda_graphs_error"] = self.graph_error
         for key in ("sha256", "validation", "training", "date"):
@@ -248,6 +263,10 @@ class CorrTrackTracker(Tracker):
         finally:
             self.cuda_graphs = saved
             self._counting = False
+
+    def _support_grid(self) -> int:
+        """Support points per side a track batch adds: the knob for a v3 net, 0 for v1/v2."""
+        return self.support_grid if self.model.cfg.track_attention_layers > 0 else 0
 
     def _model_on(self, device: torch.device) -> CorrTrackNet:
         if device != self._device:
@@ -532,9 +551,10 @@ class CorrTrackTracker(Tracker):
                 self.cuda_graphs and not self.graph_error)
 
     def _track_key(self, ctx: RunContext, video_shape: tuple[int, ...], num_points: int) -> tuple:
-        """What a track call's compiled code depends on (the backbone's, and the batch's number of points)."""
+        """What a track call's compiled code depends on (the backbone's, and the batch's number of points, a v3
+        net's support points included)."""
         return ("track", ctx.device, ctx.precision, tuple(video_shape), ctx.frames_per_batch, self.polish,
-                self.cuda_graphs and not self.graph_error, int(num_points))
+                self.cuda_graphs and not self.graph_error, int(num_points) + support_count(self._support_grid()))
 
     def _note_tf32(self) -> None:
         """Count a batch boundary run with matmul TF32 on (a background job compiling meanwhile is redone). The
@@ -757,6 +777,10 @@ class CorrTrackTracker(Tracker):
         # non_blocking: a blocking host -> device copy would wait for the backbone still queued by prepare
         q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(ctx.device, non_blocking=True)
         q_model = torch.cat([q[:, :1], to_model_xy(q[:, 1:], w, h)], dim=1).unsqueeze(0)  # [1, N, 3]
+        grid = self._support_grid()
+        num_queries = len(q)
+        if grid:  # v3: [1, N + S, 3], the support queries after the user's; refine drops their rows
+            q_model = with_support(q_model, grid, MODEL_SIZE)
         num_frames = prepared.num_frames
         iters = model.cfg.num_iters
         polish = self.polish_config if self.polish and grey is not None else None
@@ -770,13 +794,16 @@ class CorrTrackTracker(Tracker):
             hidden = model.initial_hidden(qfeat, num_frames).contiguous()  # one stride layout for every iteration
             for _ in range(iters):
                 hidden, pos, vis, acc = refine_step(list(levels), qm, hidden, pos, vis, acc)
+            if grid:  # the support rows end here: nothing after (polish, download, query frames) sees them
+                qm, pos, vis, acc = (x[:, :num_queries] for x in (qm, pos, vis, acc))
             if g is not None:
                 pos, _ = polish_fn(g, qm, pos, visible_from_logits(vis, acc), polish)
             return pos, vis, acc
 
         def body() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             timer = ctx.timer
-            run = self._runner(ctx, self._track_graphs, ("track", tuple(feats.shape), feats.dtype, len(q), polish))
+            run = self._runner(ctx, self._track_graphs, ("track", tuple(feats.shape), feats.dtype, len(q), polish,
+                                                         *((grid,) if grid else ())))
             with timer.stage("query_features"):
                 # hands the video's tensors on as the graphs' static inputs (copied once per batch)
                 qfeat, f_s, q_s, *g_s = run("query_features",
@@ -792,6 +819,8 @@ class CorrTrackTracker(Tracker):
 
         pos, vis, acc = self._with_fallback(body)
         self._note_tf32()
+        if grid and not getattr(self._local, "job", False):
+            self.support_batches += 1
         with ctx.timer.stage("download"):
             tracks = from_model_xy(pos[0].float(), w, h)  # [N, T, 2]
             visible = visible_from_logits(vis[0], acc[0])

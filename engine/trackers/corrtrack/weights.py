@@ -20,6 +20,7 @@ from engine.trackers.corrtrack.model import CorrTrackConfig, CorrTrackNet, count
 
 DEFAULT_WEIGHTS = RESOURCES / "corrtrack.safetensors"  # v1: what `corrtrack` and `corrtrack-v1` load
 V2_WEIGHTS = RESOURCES / "corrtrack_v2.safetensors"  # v2 (temporal attention): `corrtrack-v2`, once trained
+V3_WEIGHTS = RESOURCES / "corrtrack_v3.safetensors"  # v3 (attention across tracks): `corrtrack-v3`, once trained
 MANIFEST_FORMAT = "trackscope-corrtrack-weights"
 MANIFEST_VERSION = 1
 HASH_CHUNK_BYTES = 1 << 20
@@ -97,13 +98,18 @@ def load_model(weights: Path | str | None = None, device: torch.device | str = "
 
 #: parameter-name prefixes a v2 net has beyond v1 (new layers, initialised so they change nothing)
 V2_ONLY_PREFIXES = ("attention.",)
+#: parameter-name prefixes a v3 net has beyond v2 (the track attention, its output projection at zero)
+V3_ONLY_PREFIXES = ("track_attention.",)
 
 
 def warm_start(weights: Path | str, attention_layers: int, attention_heads: int | None = None,
-               device: torch.device | str = "cpu") -> tuple[CorrTrackNet, dict[str, Any]]:
-    """A net with ``attention_layers`` temporal attention layers holding every tensor of ``weights`` (checked
-    as load_model checks them): strict on all of the file's names; only the new attention parameters may be
-    absent from it (they start as built, their output projection at zero). -> (model in train mode, manifest)."""
+               device: torch.device | str = "cpu", track_attention_layers: int = 0
+               ) -> tuple[CorrTrackNet, dict[str, Any]]:
+    """A net with ``attention_layers`` temporal and ``track_attention_layers`` track attention layers (each at
+    least as many as the file has) holding every tensor of ``weights`` (checked as load_model checks them):
+    strict on all of the file's names; only the new layers' parameters may be absent from it (they start as
+    built, their output projections at zero, so the net computes what the file's did). -> (model in train mode,
+    manifest)."""
     import dataclasses
 
     path = Path(weights)
@@ -111,17 +117,18 @@ def warm_start(weights: Path | str, attention_layers: int, attention_heads: int 
     heads = cfg.attention_heads if attention_heads is None else attention_heads
     try:
         new_cfg = dataclasses.replace(cfg, attention_layers=max(cfg.attention_layers, attention_layers),
-                                      attention_heads=heads)
+                                      attention_heads=heads,
+                                      track_attention_layers=max(cfg.track_attention_layers, track_attention_layers))
     except ValueError as exc:
         raise TrackerError(f"cannot warm-start from {path}: {exc}") from exc
-    if cfg.attention_layers and heads != cfg.attention_heads:
+    if (cfg.attention_layers or cfg.track_attention_layers) and heads != cfg.attention_heads:
         raise TrackerError(f"cannot warm-start from {path}: its attention has {cfg.attention_heads} heads, "
                            f"{heads} asked")
     model = CorrTrackNet(new_cfg)
     expected = model.state_dict()
     absent = {name for name in expected if name not in state}
     check_state(model, {**state, **{name: expected[name] for name in absent
-                                    if name.startswith(V2_ONLY_PREFIXES)}}, path)
+                                    if name.startswith(V2_ONLY_PREFIXES + V3_ONLY_PREFIXES)}}, path)
     model.load_state_dict(state, strict=False)
     return model.to(device).train(), manifest
 
