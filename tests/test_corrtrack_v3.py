@@ -328,3 +328,22 @@ def test_train_v3_warm_start_then_resume(tmp_path, capsys) -> None:
     assert cli_main(["train", "--out", str(tmp_path / "o"), "--resume", str(out1 / "last.safetensors"),
                      "--track-attention-layers", "2", *SMALL_RUN]) == 2
     assert "--init-from" in capsys.readouterr().err
+
+
+def test_key_bias_attention_is_attention_with_a_key_bias() -> None:
+    """The bias carried as head channels gives softmax(q k^T / sqrt(Dh) + bias) v, in fp32 and in bf16."""
+    import math
+
+    from engine.trackers.corrtrack.support import key_bias_attention
+
+    torch.manual_seed(5)
+    q, k, v = (torch.randn(3, 4, 37, 32) for _ in range(3))
+    bias = -torch.rand(3, 4, 37, 1) * 30.0  # strongly and weakly trusted keys
+    logits = q @ k.transpose(-1, -2) / math.sqrt(32) + bias.transpose(-1, -2)
+    want = torch.softmax(logits, dim=-1) @ v
+    torch.testing.assert_close(key_bias_attention(q, k, v, bias), want, rtol=1e-4, atol=1e-4)
+    got16 = key_bias_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), bias).float()
+    plain16 = torch.softmax((q.bfloat16().float() @ k.bfloat16().float().transpose(-1, -2)) / math.sqrt(32)
+                            + bias.transpose(-1, -2), dim=-1) @ v.bfloat16().float()
+    assert (got16 - plain16).abs().max() < 0.05  # bf16 rounding of the products, not of the bias
+    assert (got16 - want).abs().max() > 0  # (it did run in bf16)

@@ -46,7 +46,7 @@ class TrackAttention(nn.Module):
     where they are (a learned projection of position_features of each track's current estimate, added to q
     and k, so heads can learn that nearby tracks move alike) and how far to trust them in that frame (per
     head ``w_vis * log sigmoid(vis) + w_acc * log sigmoid(acc)`` of the key track, added to the logits as a
-    [B*T, H, 1, N] key bias as TemporalAttention does over time; never -inf). ``proj`` starts at zero: a new
+    key bias carried as extra head channels, key_bias_attention; never -inf). ``proj`` starts at zero: a new
     layer leaves the hidden state exactly as it was (v2 weights in a v3 net compute v2's outputs). Fixed shapes,
     no host syncs (CUDA-graph and torch.compile safe); F.scaled_dot_product_attention keeps the autocast dtype.
     """
@@ -86,11 +86,35 @@ class TrackAttention(nn.Module):
         logp = F.logsigmoid(torch.stack([vis.detach(), acc.detach()], dim=-1).float())  # [B, N, T, 2]
         weights = self.key_weights.float()
         trust = logp[..., 0:1] * weights[0] + logp[..., 1:2] * weights[1]  # [B, N, T, H] (elementwise: no cast)
-        mask = trust.permute(0, 2, 3, 1).reshape(b * t, h, 1, n).to(qk.dtype)  # [B*T, H, 1, N], keys only
-        out = F.scaled_dot_product_attention(qk[0], qk[1], v, attn_mask=mask)  # [B*T, H, N, Dh]
+        bias = trust.permute(0, 2, 1, 3).reshape(b * t, n, h).transpose(1, 2).unsqueeze(-1)  # [B*T, H, N, 1] fp32
+        out = key_bias_attention(qk[0], qk[1], v, bias)  # [B*T, H, N, Dh]
         out = self.proj(out.transpose(1, 2).reshape(b * t, n, d))  # [B*T, N, D]
         # the residual add reads the tokens back in the tracks' layout: no second transposed copy
         return (x.reshape(b, n, t, d) + out.view(b, t, n, d).transpose(1, 2)).reshape(b * n, t, d)
+
+
+#: channels a head gains to carry a key bias (two: the bias's bf16/fp16 value and its remainder), padded so the
+#: head dim stays a multiple of 8 (what the fused attention kernels take)
+KEY_BIAS_CHANNELS = 2
+
+
+def key_bias_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """softmax(q k^T / sqrt(Dh) + bias_key) v, with the per-key bias [..., N, 1] (float32) carried as extra channels
+    of the heads instead of an attention mask: q gets ones where k gets the bias times sqrt(Dh) (split into its
+    rounded value and the remainder, so half precision loses almost nothing), both padded with zeros to a multiple
+    of 8 channels. With no mask SDPA takes a fused kernel; with a [B*T, H, 1, N] mask it ran its math path on the
+    H200 (torch 2.11: an fp32 [B*T, H, N, N] softmax, ~5 ms per call at 1088 tracks, session 21's profile).
+    q, k, v [..., N, Dh] -> [..., N, Dh]."""
+    dh = q.shape[-1]
+    width = -(-(dh + KEY_BIAS_CHANNELS) // 8) * 8
+    scaled = bias * math.sqrt(dh)
+    hi = scaled.to(k.dtype)
+    lo = (scaled - hi.float()).to(k.dtype)
+    ones = torch.ones_like(hi)
+    q2 = F.pad(torch.cat([q, ones, ones], dim=-1), (0, width - dh - KEY_BIAS_CHANNELS))
+    k2 = F.pad(torch.cat([k, hi, lo], dim=-1), (0, width - dh - KEY_BIAS_CHANNELS))
+    v2 = F.pad(v, (0, width - dh))
+    return F.scaled_dot_product_attention(q2, k2, v2, scale=1.0 / math.sqrt(dh))[..., :dh]
 
 
 def support_count(grid: int) -> int:
