@@ -347,3 +347,33 @@ def test_key_bias_attention_is_attention_with_a_key_bias() -> None:
                             + bias.transpose(-1, -2), dim=-1) @ v.bfloat16().float()
     assert (got16 - plain16).abs().max() < 0.05  # bf16 rounding of the products, not of the bias
     assert (got16 - want).abs().max() > 0  # (it did run in bf16)
+
+
+def test_shipped_v3_weights_run_every_cpu_precision_with_their_manifest() -> None:
+    """The shipped corrtrack-v3: checked weights, the training command in the manifest, N rows back for N queries
+    in fp32/bf16/int8/fp8 (support points dropped), the track attention quantised with the rest."""
+    import json
+
+    import numpy as np
+
+    from engine.core.config import RunConfig
+    from engine.run.session import Finished, Session
+    from engine.trackers import load_tracker
+    from engine.trackers.corrtrack import weights as W
+
+    manifest = json.loads(W.manifest_path(W.V3_WEIGHTS).read_text())
+    assert manifest["config"]["track_attention_layers"] == 1
+    assert "--track-attention-layers 1" in manifest["training"]["command"]
+    tracker = load_tracker("corrtrack-v3")
+    frames = np.random.default_rng(1).integers(0, 256, (3, 48, 64, 3), dtype=np.uint8)
+    queries = np.array([[0, 3.0, 4.0], [2, 39.0, 29.0]], np.float32)
+    for precision in ("fp32", "bf16", "int8", "fp8"):
+        end = Session(frames, queries, RunConfig(tracker="corrtrack-v3", device="cpu", precision=precision),
+                      tracker=tracker).run()
+        assert isinstance(end, Finished), (precision, getattr(end, "message", end))
+        assert end.tracks.shape == (2, 3, 2) and np.isfinite(end.tracks).all()
+        np.testing.assert_allclose(end.tracks[1, 2], queries[1, 1:], atol=1e-4)  # the query frame is exact
+    info = tracker.describe()
+    assert info["model_version"] == "v3" and info["sha256"] == manifest["sha256"]
+    assert info["support_points"]["count"] == 64
+    assert any("track_attention.0.qkv" in q for q in info["quantisation"]["int8"]["quantised"])
