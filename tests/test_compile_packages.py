@@ -400,3 +400,30 @@ def test_corrtrack_precompile_builds_once_and_a_second_process_loads_it(tmp_path
     assert not second["error"] and not second["guard_failures"] and not second["misses"], second
     np.testing.assert_allclose(np.array(second["tracks"]), np.array(first["tracks"]), atol=1e-5)
     assert sorted((CompileCache(tmp_path, environment_key("cpu")).folder / "precompile").glob("*.pkl"))
+
+
+def test_source_digest_covers_the_functions_neighbours(tmp_path, monkeypatch) -> None:
+    """A package's code key changes when a sibling module of the traced function's module changes (refine_step
+    calls support.py), not only its own file."""
+    import importlib
+    import sys
+
+    from engine.trackers import compile_packages as cp
+
+    pkg = tmp_path / "digestpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "main.py").write_text("from digestpkg.helper import twice\n\ndef f(x):\n    return twice(x)\n")
+    (pkg / "helper.py").write_text("def twice(x):\n    return 2 * x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    main = importlib.import_module("digestpkg.main")
+    try:
+        monkeypatch.setattr(cp, "_SOURCE_DIGESTS", {})
+        before = cp.source_digest(main.f)
+        assert cp.source_digest(main.f) == before  # stable
+        (pkg / "helper.py").write_text("def twice(x):\n    return x + x\n")
+        monkeypatch.setattr(cp, "_SOURCE_DIGESTS", {})
+        assert cp.source_digest(main.f) != before
+    finally:
+        for name in [m for m in sys.modules if m.startswith("digestpkg")]:
+            del sys.modules[name]

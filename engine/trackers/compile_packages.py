@@ -17,7 +17,7 @@ second start had not switched to compiled code after 60 s (session 18), and 16.5
   not record: an inference tensor where the trace had a plain one, another thread count, a module put in training
   mode...) runs that plain function instead, said once (``Precompiled``); nothing recompiles.
 
-What a package is keyed on (``call_key``): the function's name and the digest of its module's source, the
+What a package is keyed on (``call_key``): the function's name and the digest of its module folder's sources, the
 call's pytree (tensor shapes, strides, dtypes, devices; other leaves by repr, e.g. the polish config), the
 autocast state it was called under, the digest of the owning module's weights (aoti freezes them into the
 package as constants: a package belongs to one set of weights; precompile reads them from the module, kept in the
@@ -132,17 +132,24 @@ _SOURCE_DIGESTS: dict[str, str] = {}
 
 
 def source_digest(fn: Callable[..., Any]) -> str:
-    """The sha256 (16 digits) of the source file of ``fn``'s module: a code change makes new packages."""
+    """The sha256 (16 digits) of the source files of the folder of ``fn``'s module (its ``*.py``, sorted by name):
+    a code change there makes new packages. The folder, not the one file: a traced function runs code from its
+    neighbours too (CorrTrack's refine_step calls support.py's TrackAttention and model.py's helpers)."""
     target = getattr(fn, "__func__", fn)
     module = sys.modules.get(getattr(target, "__module__", "") or "")
     path = getattr(module, "__file__", None) if module is not None else None
-    key = str(path or getattr(target, "__qualname__", repr(target)))
+    key = str(Path(path).parent if path else getattr(target, "__qualname__", repr(target)))
     if key not in _SOURCE_DIGESTS:
+        digest = sha256()
         try:
-            text = Path(path).read_bytes() if path else inspect.getsource(target).encode()
+            if path:
+                for file in sorted(Path(path).parent.glob("*.py")):
+                    digest.update(file.name.encode() + b"\0" + file.read_bytes() + b"\0")
+            else:
+                digest.update(inspect.getsource(target).encode())
         except (OSError, TypeError):
-            text = key.encode()
-        _SOURCE_DIGESTS[key] = sha256(text).hexdigest()[:16]
+            digest.update(key.encode())
+        _SOURCE_DIGESTS[key] = digest.hexdigest()[:16]
     return _SOURCE_DIGESTS[key]
 
 
