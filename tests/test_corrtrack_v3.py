@@ -377,3 +377,17 @@ def test_shipped_v3_weights_run_every_cpu_precision_with_their_manifest() -> Non
     assert info["model_version"] == "v3" and info["sha256"] == manifest["sha256"]
     assert info["support_points"]["count"] == 64
     assert any("track_attention.0.qkv" in q for q in info["quantisation"]["int8"]["quantised"])
+
+
+def test_the_support_grid_comes_from_the_manifest_unless_given(tmp_path) -> None:
+    import json
+
+    from engine.trackers.corrtrack import weights as W
+
+    assert CorrTrackTracker(W.V3_WEIGHTS).support_grid == 8  # the shipped weights were trained with 8x8
+    model, _ = W.load_model(W.V3_WEIGHTS)
+    path = tmp_path / "v3.safetensors"
+    W.save_model(model, path, {"training": {"support_grid": 4}})
+    assert json.loads(W.manifest_path(path).read_text())["training"]["support_grid"] == 4
+    assert CorrTrackTracker(path).support_grid == 4
+    assert CorrTrackTracker(path, support_grid=0).support_grid == 0

@@ -145,7 +145,7 @@ class CorrTrackTracker(Tracker):
                  cuda_graphs: bool | None = None, polish: bool | None = None,
                  polish_config: PolishConfig | None = None, compile: bool | str | None = None,
                  compile_cache_root: Path | None = None, compile_backend: str | None = None,
-                 support_grid: int = SUPPORT_GRID):
+                 support_grid: int | None = None):
         """Load checked weights (default: the shipped ones), or use ``model`` as given (tests).
 
         polish: NCC sub-pixel polish after refinement (default on, unless TRACKSCOPE_CORRTRACK_POLISH=0).
@@ -154,9 +154,10 @@ class CorrTrackTracker(Tracker):
         keyed compile-cache folders go (default ~/.cache/trackscope/compile). compile_backend: "dynamo"
         (torch.compile, the default), "aoti" (AOTInductor packages) or "precompile" (dynamo's precompile
         packages, torch >= 2.13), both opt-in, unless TRACKSCOPE_CORRTRACK_COMPILE_BACKEND says otherwise.
-        support_grid: a v3 net's support points per side (support_grid^2 per batch; 0: none); v1/v2 nets ignore it.
+        support_grid: a v3 net's support points per side (support_grid^2 per batch; 0: none); None: the grid its
+        weights were trained with (the manifest's ``training.support_grid``), else SUPPORT_GRID; v1/v2 nets ignore it.
         """
-        if support_grid < 0:
+        if support_grid is not None and support_grid < 0:
             raise ValueError(f"support_grid must be >= 0 (0: no support points), not {support_grid}")
         if model is not None:
             self.model = model.eval()
@@ -172,6 +173,9 @@ class CorrTrackTracker(Tracker):
             polish = env_flag(POLISH_ENV, default=True)
         self.polish = polish
         self.polish_config = polish_config or PolishConfig()
+        if support_grid is None:
+            trained = self.manifest.get("training", {}).get("support_grid")
+            support_grid = int(trained) if isinstance(trained, int) and trained >= 0 else SUPPORT_GRID
         self.support_grid = int(support_grid)
         self.support_batches = 0  # track batches run with support points (v3)
         self.compile_mode = compile_mode(compile)
