@@ -208,7 +208,7 @@ class TemporalAttention(nn.Module):
 def layer_norm(norm: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
     """``norm(x)``, but under half-precision autocast in that dtype (statistics still accumulate in fp32 inside
     the kernel): CUDA's autocast would run it in fp32, adding a cast before and after and doubling the bytes of
-    every elementwise op on its output (CPU's autocast keeps the input's dtype: the same result there)."""
+    every elementwise op on its output (CPU's autocast leaves a layer norm in its input's dtype)."""
     dev = x.device.type
     if torch.is_autocast_enabled(dev):
         dtype = torch.get_autocast_dtype(dev)
