@@ -134,26 +134,10 @@ def main() -> int:
 
 
 def _graph_time(fn, grey, q, pos, vis, repeats: int) -> float:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            fn(grey, q, pos, vis)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn(grey, q, pos, vis)
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    """Median ms of replaying fn's captured graph (refine_micro.graph_time)."""
+    from refine_micro import graph_time  # scripts/ is on the path of a script run from it
+
+    return graph_time(lambda: fn(grey, q, pos, vis), repeats)[0]
 
 
 def _profile(fn, grey, q, pos, vis, dev: torch.device) -> None:

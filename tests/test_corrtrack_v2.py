@@ -16,28 +16,16 @@ from engine.trackers.corrtrack import CorrTrackNet, CorrTrackTracker
 from engine.trackers.corrtrack.model import CorrTrackConfig, TemporalAttention
 from engine.trackers.corrtrack.weights import load_model, manifest_path, save_model, warm_start
 from engine.training.losses import track_losses
-
-TINY = CorrTrackConfig(feature_dim=8, widths=(8, 8, 8), hidden_dim=16, mixer_dilations=(1, 2), num_iters=2)
-TINY_V2 = dataclasses.replace(TINY, attention_layers=1)
+from tests.corrtrack_nets import TINY, TINY_V2, assert_same_outputs, saved_net, tiny_inputs
 
 
 def _inputs(seed: int = 0, frames: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
-    video = torch.randint(0, 256, (1, frames, 64, 64, 3), dtype=torch.uint8, generator=gen)
-    queries = torch.cat([torch.randint(0, frames, (1, 5, 1), generator=gen).float(),
-                         torch.rand(1, 5, 2, generator=gen) * 200 + 20], dim=-1)
-    return video, queries
+    return tiny_inputs(seed, frames=frames, points=5)
 
 
 def _v1_file(tmp_path, seed: int = 3):
-    torch.manual_seed(seed)
-    model = CorrTrackNet(TINY)
-    with torch.no_grad():  # weights away from their initial values, so a wrong load would show
-        for p in model.parameters():
-            p.add_(0.05 * torch.randn_like(p))
     path = tmp_path / "v1.safetensors"
-    save_model(model, path, {"note": "v1"})
-    return model, path
+    return saved_net(path, TINY, {"note": "v1"}, seed), path
 
 
 def test_v1_manifests_without_the_new_fields_still_load() -> None:
@@ -56,17 +44,7 @@ def test_warm_start_from_v1_weights_gives_v1_outputs(tmp_path) -> None:
     assert v2.cfg.attention_layers == 1 and manifest["note"] == "v1"
     for name, tensor in v1.state_dict().items():  # every v1 tensor arrived
         assert torch.equal(v2.state_dict()[name], tensor), name
-    v1.eval()
-    v2.eval()
-    video, queries = _inputs()
-    for cast in (torch.autocast("cpu", enabled=False), torch.autocast("cpu", dtype=torch.bfloat16)):
-        with torch.no_grad(), cast:
-            out1, match1 = v1(video, queries)
-            out2, match2 = v2(video, queries)
-        assert torch.equal(match1, match2)
-        for a, b in zip(out1, out2):
-            for x, y in zip(a, b):
-                torch.testing.assert_close(x, y, rtol=0, atol=1e-6)
+    assert_same_outputs(v1, v2, *_inputs(), atol=1e-6)
 
 
 def test_warm_start_is_strict_on_the_v1_names(tmp_path) -> None:

@@ -3,7 +3,6 @@ start from v2 weights, selection by name."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import numpy as np
@@ -22,22 +21,14 @@ from engine.trackers.corrtrack.support import SUPPORT_GRID, TrackAttention, supp
 from engine.trackers.corrtrack.weights import V2_WEIGHTS, load_model, manifest_path, save_model, warm_start
 from engine.training import corrtrack as T
 from engine.training.losses import track_losses
+from tests.corrtrack_nets import TINY_V2, TINY_V3, assert_same_outputs, saved_net, tiny_inputs
 
-TINY_V2 = CorrTrackConfig(feature_dim=8, widths=(8, 8, 8), hidden_dim=16, mixer_dilations=(1, 2), num_iters=2,
-                          attention_layers=1)
-TINY_V3 = dataclasses.replace(TINY_V2, track_attention_layers=1)
 SUPPORT = SUPPORT_GRID * SUPPORT_GRID
 
 
 def _v2_file(tmp_path, seed: int = 3):
-    torch.manual_seed(seed)
-    model = CorrTrackNet(TINY_V2)
-    with torch.no_grad():  # weights away from their initial values (the zero projections too), so a wrong load shows
-        for p in model.parameters():
-            p.add_(0.05 * torch.randn_like(p))
     path = tmp_path / "v2.safetensors"
-    save_model(model, path, {"note": "v2", "training": {"total_steps": 5}})
-    return model, path
+    return saved_net(path, TINY_V2, {"note": "v2", "training": {"total_steps": 5}}, seed), path
 
 
 def _live_v3(tmp_path) -> CorrTrackNet:
@@ -49,12 +40,7 @@ def _live_v3(tmp_path) -> CorrTrackNet:
     return model.eval()
 
 
-def _inputs(seed: int = 0, videos: int = 1, frames: int = 5, points: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
-    video = torch.randint(0, 256, (videos, frames, 64, 64, 3), dtype=torch.uint8, generator=gen)
-    queries = torch.cat([torch.randint(0, frames, (videos, points, 1), generator=gen).float(),
-                         torch.rand(videos, points, 2, generator=gen) * 200 + 20], dim=-1)
-    return video, queries
+_inputs = tiny_inputs
 
 
 def _layer(seed: int = 0) -> TrackAttention:
@@ -101,17 +87,7 @@ def test_v2_weights_in_a_v3_net_give_exactly_v2_outputs(tmp_path) -> None:
     for name, tensor in v2.state_dict().items():
         assert torch.equal(v3.state_dict()[name], tensor), name
     assert not v3.track_attention[0].proj.weight.any() and not v3.track_attention[0].proj.bias.any()
-    v2.eval()
-    v3.eval()
-    video, queries = _inputs(videos=2)
-    for cast in (torch.autocast("cpu", enabled=False), torch.autocast("cpu", dtype=torch.bfloat16)):
-        with torch.no_grad(), cast:
-            out2, match2 = v2(video, queries)
-            out3, match3 = v3(video, queries)
-        assert torch.equal(match2, match3)
-        for a, b in zip(out2, out3):
-            for x, y in zip(a, b):
-                assert torch.equal(x, y)
+    assert_same_outputs(v2, v3, *_inputs(videos=2))
 
 
 def test_warm_start_the_shipped_v2_weights() -> None:
