@@ -186,7 +186,7 @@ def main() -> int:
                 peak = f"{row['peak_bytes'] / 2**20:.0f} MiB" if row["peak_bytes"] else "-"
                 print(f"{mode:6s} {precision:5s} N={n:5d} median {row['median_ms']:8.2f} ms (min {row['min_ms']:.2f}, "
                       f"max {row['max_ms']:.2f}) peak {peak} stages {row['stage_ms']}", flush=True)
-        kept = ("cuda_graphs", "cuda_graphs_error", "compile", "compile_error")  # what the mode really ran
+        kept = ("cuda_graphs", "cuda_graphs_error", "compile", "compile_error", "fused_kernels")  # what really ran
         result.setdefault("describe", {})[mode] = {k: v for k, v in tr.describe().items() if k in kept}
     if len(trackers) > 1:
         result["mode_divergence_px"] = mode_divergence(list(trackers.values()), frames, all_queries, device, best)

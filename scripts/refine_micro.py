@@ -21,6 +21,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.core.atomic import atomic_open  # noqa: E402
+from engine.trackers.corrtrack import fused  # noqa: E402
 
 
 def graph_time(fn: Callable[[], Any], reps: int) -> tuple[float, float, float, Any]:
@@ -109,6 +110,30 @@ def main() -> int:
         ref = report(f"taps d={dil}", "padded copy (before)", padded, None)
         report(f"taps d={dil}", "3 addcmul (now)", addcmul3, ref)
         report(f"taps d={dil}", "depthwise conv2d channels_last", conv_cl, ref)
+
+    # a TemporalBlock's norm and taps: the eager code against fused.py's kernel (tile rows x warps variants)
+    norm = torch.nn.LayerNorm(d).to(dev)
+    with torch.no_grad():
+        norm.weight.normal_()
+        norm.bias.normal_()
+    taps32, bias32 = taps.float(), b.float()
+    for dil in (1, 8):
+        def eager_block(dil: int = dil) -> torch.Tensor:
+            y = F.layer_norm(x, (d,), norm.weight.to(dt), norm.bias.to(dt), norm.eps)
+            m = torch.addcmul(bias32.to(dt), y, taps32[1].to(dt))
+            m[:, dil:].addcmul_(y[:, :-dil], taps32[0].to(dt))
+            m[:, :-dil].addcmul_(y[:, dil:], taps32[2].to(dt))
+            return m
+
+        ref = report(f"ln+taps d={dil}", "eager: layer norm + 3 addcmul", eager_block, None)
+        for rows, warps in ((8, 2), (16, 4), (32, 4), (32, 8), (64, 8)):
+            fused.ROWS_PER_PROGRAM, fused.NUM_WARPS = rows, warps
+            report(f"ln+taps d={dil}", f"fused kernel {rows} rows {warps} warps",
+                   lambda dil=dil: fused.ln_taps(x, norm, taps32, bias32, dil, dt), ref)
+    fused.ROWS_PER_PROGRAM, fused.NUM_WARPS = 16, 4
+    ref = report("layer_norm", "F.layer_norm, bf16 weights", lambda: F.layer_norm(x, (d,), norm.weight.to(dt),
+                                                                                   norm.bias.to(dt), norm.eps), None)
+    report("layer_norm", "fused kernel, no taps", lambda: fused.ln_taps(x, norm, None, None, 0, dt), ref)
 
     # attention across tracks: tokens [T, N + 64, D], 4 heads, a key bias
     h, s = 4, n + 64

@@ -20,6 +20,7 @@ CORRTRACK_POLISH = "TRACKSCOPE_CORRTRACK_POLISH"  # false: CorrTrack skips its N
 CORRTRACK_COMPILE = "TRACKSCOPE_CORRTRACK_COMPILE"  # true: CorrTrack torch.compiles its hot functions (CUDA)
 CORRTRACK_COMPILE_BACKEND = "TRACKSCOPE_CORRTRACK_COMPILE_BACKEND"  # aoti (packages) or dynamo (torch.compile)
 CORRTRACK_COMPILE_CPU = "TRACKSCOPE_CORRTRACK_COMPILE_CPU"  # true: CorrTrack's compile also runs on the CPU
+CORRTRACK_FUSED = "TRACKSCOPE_CORRTRACK_FUSED"  # false: CorrTrack's refinement skips its fused Triton kernels
 
 
 class FlagWarning(UserWarning):

@@ -367,6 +367,9 @@ class Bench:
         compiled = compile_note(report)
         if compiled:
             notes.append(compiled)
+        kernels = fused_note(report)
+        if kernels:
+            notes.append(kernels)
         if row.ms_p10 and row.ms_p90 and row.ms_p90 / row.ms_p10 >= NOISY_SPREAD:
             notes.append(f"noisy: p90/p10 {row.ms_p90 / row.ms_p10:.1f}x (machine busy?)")
         row.note = "; ".join(notes)
@@ -471,6 +474,16 @@ def compile_note(report: Report) -> str:
     text = "; ".join(label if len(counts) == 1 else f"{label} x{n}" for label, n in counts.items())
     seconds = next((r.extra["compile_s"] for r in reversed(runs) if "compile_s" in r.extra), details.get("compile_s"))
     return f"{text}, compile {seconds:.1f} s" if isinstance(seconds, (int, float)) else text
+
+
+def fused_note(report: Report) -> str:
+    """Whether a tracker's own fused kernels ran ('fused kernels', 'fused kernels off'), for a tracker that says
+    (CorrTrack's ``fused_kernels``) and a run on a GPU; '' otherwise."""
+    status = report.tracker.details.get("fused_kernels")
+    runs = report.warm_runs or report.finished_runs
+    if not isinstance(status, str) or not any(r.device.startswith("cuda") for r in runs):
+        return ""
+    return "fused kernels" if status.startswith("on") else "fused kernels off"
 
 
 def _compile_label(value: Any) -> str:

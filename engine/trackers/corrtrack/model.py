@@ -35,6 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.trackers.corrtrack import fused
+from engine.trackers.corrtrack.casts import conv, half_autocast, linear, param_as, sequential
 from engine.trackers.corrtrack.support import TrackAttention
 from engine.trackers.quant import QuantRecipe, quantized_matmul
 
@@ -111,7 +113,7 @@ class ResBlock(nn.Module):
         self.conv2 = _conv(channels, channels)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.relu(x + self.conv2(F.relu(self.conv1(x))))
+        return F.relu(x + conv(self.conv2, F.relu(conv(self.conv1, x))))
 
 
 class Backbone(nn.Module):
@@ -131,12 +133,12 @@ class Backbone(nn.Module):
         self.proj16 = nn.Conv2d(w16, cfg.feature_dim, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        c4 = self.block4(self.stem(x))
-        c8 = self.block8(self.down8(c4))
-        c16 = self.block16(self.down16(c8))
-        up = F.interpolate(self.proj16(c16), scale_factor=2.0, mode="bilinear", align_corners=False)
-        up = F.interpolate(self.proj8(c8) + up, scale_factor=2.0, mode="bilinear", align_corners=False)
-        return self.proj4(c4) + up
+        c4 = self.block4(sequential(self.stem, x))
+        c8 = self.block8(sequential(self.down8, c4))
+        c16 = self.block16(sequential(self.down16, c8))
+        up = F.interpolate(conv(self.proj16, c16), scale_factor=2.0, mode="bilinear", align_corners=False)
+        up = F.interpolate(conv(self.proj8, c8) + up, scale_factor=2.0, mode="bilinear", align_corners=False)
+        return conv(self.proj4, c4) + up
 
 
 class TemporalBlock(nn.Module):
@@ -155,6 +157,9 @@ class TemporalBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         d = self.dilation
+        if fused.usable(x):  # inference on a GPU: the norm and the taps in one kernel (fused.py)
+            mixed = fused.ln_taps(x, self.norm, self.taps, self.tap_bias, d, half_autocast(x.device.type) or x.dtype)
+            return x + linear(self.fc2, F.gelu(linear(self.fc1, mixed)))
         y = layer_norm(self.norm, x)
         taps = self.taps.to(y.dtype)
         # frame t's own tap over the bias, then frames t-d and t+d added into the frames that have them (zero
@@ -162,7 +167,7 @@ class TemporalBlock(nn.Module):
         mixed = torch.addcmul(self.tap_bias.to(y.dtype), y, taps[1])
         mixed[:, d:].addcmul_(y[:, :-d], taps[0])
         mixed[:, :-d].addcmul_(y[:, d:], taps[2])
-        return x + self.fc2(F.gelu(self.fc1(mixed)))
+        return x + linear(self.fc2, F.gelu(linear(self.fc1, mixed)))
 
 
 class TemporalAttention(nn.Module):
@@ -192,7 +197,8 @@ class TemporalAttention(nn.Module):
         """x [M, T, D]; key_logits [M, T, 2] (visibility and accuracy logits per frame) -> [M, T, D]."""
         m, t, d = x.shape
         h = self.heads
-        qkv = self.qkv(layer_norm(self.norm, x)).view(m, t, 3, h, d // h).permute(2, 0, 3, 1, 4)  # [3, M, H, T, Dh]
+        qkv = linear(self.qkv, layer_norm(self.norm, x))
+        qkv = qkv.view(m, t, 3, h, d // h).permute(2, 0, 3, 1, 4)  # [3, M, H, T, Dh]
         q, k, v = qkv[0], qkv[1], qkv[2]
         frames = torch.arange(t, device=x.device, dtype=torch.float32)
         distance = (frames.view(t, 1) - frames.view(1, t)).abs()  # [T, T]
@@ -202,20 +208,22 @@ class TemporalAttention(nn.Module):
         trust = logp[..., 0:1] * weights[0] + logp[..., 1:2] * weights[1]  # [M, T, H] (elementwise: no autocast cast)
         mask = (time_bias.unsqueeze(0) + trust.transpose(1, 2).unsqueeze(2)).to(q.dtype)  # [M, H, T, T]
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [M, H, T, Dh]
-        return x + self.proj(y.transpose(1, 2).reshape(m, t, d))
+        return x + linear(self.proj, y.transpose(1, 2).reshape(m, t, d))
 
 
 def layer_norm(norm: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
     """``norm(x)``, but under half-precision autocast in that dtype (statistics still accumulate in fp32 inside
     the kernel): CUDA's autocast would run it in fp32, adding a cast before and after and doubling the bytes of
-    every elementwise op on its output (CPU's autocast leaves a layer norm in its input's dtype)."""
+    every elementwise op on its output (CPU's autocast leaves a layer norm in its input's dtype). At inference
+    on a GPU, fused.py's kernel (torch's ran at about a tenth of the memory bandwidth at these sizes)."""
     dev = x.device.type
-    if torch.is_autocast_enabled(dev):
-        dtype = torch.get_autocast_dtype(dev)
-        if dtype in (torch.float16, torch.bfloat16):
-            with torch.autocast(dev, enabled=False):
-                return F.layer_norm(x.to(dtype), norm.normalized_shape, norm.weight.to(dtype), norm.bias.to(dtype),
-                                    norm.eps)
+    dtype = half_autocast(dev)
+    if x.dim() == 3 and fused.usable(x):
+        return fused.ln_taps(x, norm, None, None, 0, dtype or x.dtype)
+    if dtype is not None:
+        with torch.autocast(dev, enabled=False):
+            return F.layer_norm(x.to(dtype), norm.normalized_shape, param_as(norm.weight, dtype),
+                                param_as(norm.bias, dtype), norm.eps)
     return norm(x)
 
 
@@ -363,7 +371,7 @@ class CorrTrackNet(nn.Module):
         pos = (cell + 0.5) * stride - 0.5
         mass = torch.logsumexp(win.masked_fill(~inside, float("-inf")), dim=1) - lse
         stats = torch.stack([peak.float(), peak.float() - lse, mass], dim=1)
-        vis_acc = self.init_logits(stats).float()
+        vis_acc = linear(self.init_logits, stats).float()
         return pos.view(b, n, t, 2), vis_acc[:, 0].view(b, n, t), vis_acc[:, 1].view(b, n, t)
 
     def refine_step(self, levels: list[torch.Tensor], queries: torch.Tensor, hidden: torch.Tensor,
@@ -386,7 +394,7 @@ class CorrTrackNet(nn.Module):
         motion = torch.cat([rel, dt.unsqueeze(-1), at_query.unsqueeze(-1), vis.detach().unsqueeze(-1),
                             acc.detach().unsqueeze(-1)], dim=-1).reshape(m, 6)
         x = torch.cat(corr + [motion.to(corr[0].dtype)], dim=1)  # corr_in runs in the windows' dtype anyway
-        hidden = hidden + self.corr_in(x).view(b * n, t, -1)
+        hidden = hidden + linear(self.corr_in, x).view(b * n, t, -1)
         for block in self.blocks:
             hidden = block(hidden)
         if len(self.attention):
@@ -397,13 +405,13 @@ class CorrTrackNet(nn.Module):
             where, vis_now, acc_now = pos.detach(), vis.detach(), acc.detach()
             for track_layer in self.track_attention:
                 hidden = track_layer(hidden, where, vis_now, acc_now)
-        delta = self.update(layer_norm(self.out_norm, hidden)).float().view(b, n, t, 4)
+        delta = linear(self.update, layer_norm(self.out_norm, hidden)).float().view(b, n, t, 4)
         pos = pos.detach() + delta[..., :2] * STEP_SCALE
         return hidden, pos, vis + delta[..., 2], acc + delta[..., 3]
 
     def initial_hidden(self, qfeat: torch.Tensor, num_frames: int) -> torch.Tensor:
         """[B, N, C] -> hidden [B*N, T, D]: the query's appearance, the same at every frame."""
-        h = self.query_in(qfeat)
+        h = linear(self.query_in, qfeat)
         return h.reshape(-1, 1, h.shape[-1]).expand(-1, num_frames, -1)
 
     # -- training ---------------------------------------------------------------------------------

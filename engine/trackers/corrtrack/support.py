@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.trackers.corrtrack.casts import linear
+
 #: support points per side: a v3 tracker (and v3 training) adds SUPPORT_GRID x SUPPORT_GRID queries (0 = none)
 SUPPORT_GRID = 8
 SUPPORT_FRAME = 0  # the support queries' frame
@@ -79,8 +81,8 @@ class TrackAttention(nn.Module):
         tokens = x.reshape(b, n, t, d).transpose(1, 2).reshape(b * t, n, d)
         y = self.norm_fn(self.norm, tokens)
         where = position_features(pos.detach().transpose(1, 2), self.extent, self.octaves)  # [B, T, N, 4F]
-        qkv = self.qkv(y)  # [B*T, N, 3D]
-        qk = qkv[..., :2 * d] + self.where(where.to(y.dtype)).view(b * t, n, 2 * d)
+        qkv = linear(self.qkv, y)  # [B*T, N, 3D]
+        qk = qkv[..., :2 * d] + linear(self.where, where.to(y.dtype)).view(b * t, n, 2 * d)
         qk = qk.view(b * t, n, 2, h, d // h).permute(2, 0, 3, 1, 4)  # [2, B*T, H, N, Dh]
         v = qkv[..., 2 * d:].view(b * t, n, h, d // h).transpose(1, 2)  # [B*T, H, N, Dh]
         logp = F.logsigmoid(torch.stack([vis.detach(), acc.detach()], dim=-1).float())  # [B, N, T, 2]
@@ -88,7 +90,7 @@ class TrackAttention(nn.Module):
         trust = logp[..., 0:1] * weights[0] + logp[..., 1:2] * weights[1]  # [B, N, T, H] (elementwise: no cast)
         bias = trust.permute(0, 2, 1, 3).reshape(b * t, n, h).transpose(1, 2).unsqueeze(-1)  # [B*T, H, N, 1] fp32
         out = key_bias_attention(qk[0], qk[1], v, bias)  # [B*T, H, N, Dh]
-        out = self.proj(out.transpose(1, 2).reshape(b * t, n, d))  # [B*T, N, D]
+        out = linear(self.proj, out.transpose(1, 2).reshape(b * t, n, d))  # [B*T, N, D]
         # the residual add reads the tokens back in the tracks' layout: no second transposed copy
         return (x.reshape(b, n, t, d) + out.view(b, t, n, d).transpose(1, 2)).reshape(b * n, t, d)
 

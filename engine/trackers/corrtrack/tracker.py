@@ -74,6 +74,7 @@ from engine.trackers.compiled_switch import (
     JobLog,
     RetryLater,
 )
+from engine.trackers.corrtrack import fused
 from engine.trackers.corrtrack.graphs import GraphCache, GraphCaptureError
 from engine.trackers.corrtrack.model import MODEL_SIZE, CorrTrackNet, count_parameters, visible_from_logits
 from engine.trackers.corrtrack.polish import PolishConfig, grey_frames, ncc_polish
@@ -218,6 +219,7 @@ class CorrTrackTracker(Tracker):
             "model_version": self.model.cfg.version,
             "weights": str(self.weights_path) if self.weights_path else None,
             "cuda_graphs": self.cuda_graphs and not self.graph_error,
+            "fused_kernels": fused.status(),
             "polish": self.polish,
             **self.compile_info(),
         }
@@ -263,7 +265,8 @@ class CorrTrackTracker(Tracker):
         self.cuda_graphs = False
         self._counting = True
         try:
-            yield
+            with fused.disabled():
+                yield
         finally:
             self.cuda_graphs = saved
             self._counting = False
