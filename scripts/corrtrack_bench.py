@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -119,7 +120,8 @@ def kernel_profile(tracker: CorrTrackTracker, frames: np.ndarray, queries: np.nd
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         run_once(tracker, frames, queries, ctx)
         _sync(device)
-    return prof.key_averages().table(sort_by="cuda_time_total", row_limit=18, max_name_column_width=60)
+    rows = int(os.environ.get("PROFILE_ROWS", "18"))
+    return prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=rows, max_name_column_width=90)
 
 
 def make_tracker(weights: Path, graphs: bool, compile_what: str) -> CorrTrackTracker:

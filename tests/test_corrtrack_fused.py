@@ -68,6 +68,15 @@ def test_kept_casts_are_reused_until_the_parameter_changes() -> None:
     assert grad_cast.requires_grad and grad_cast.grad_fn is not None  # training: a cast autograd sees through
 
 
+def test_an_inference_tensor_is_cast_each_call() -> None:
+    with torch.inference_mode():  # the int8/fp8 copies are made so: no version counter to read
+        weight = torch.randn(4, 8)
+        assert casts.param_as(weight, torch.bfloat16).dtype == torch.bfloat16
+    with torch.no_grad():
+        first = casts.param_as(weight, torch.bfloat16)
+        assert casts.param_as(weight, torch.bfloat16) is not first
+
+
 def test_kept_casts_go_with_their_parameter() -> None:
     casts.clear()
     layer = nn.Linear(8, 4)

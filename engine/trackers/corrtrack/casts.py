@@ -41,7 +41,9 @@ def param_as(p: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """p in dtype; at inference the same cast tensor every call while p is unchanged."""
     if p.dtype == dtype:
         return p
-    if torch.compiler.is_compiling() or torch.is_grad_enabled():
+    # an inference tensor (a copy made inside inference_mode, as the int8/fp8 copies are) has no version counter
+    # to tell a change by: cast it each call
+    if torch.compiler.is_compiling() or torch.is_grad_enabled() or p.is_inference():
         return p.to(dtype)
     stamp = (p._version, p.data_ptr(), p.device)
     key = id(p)

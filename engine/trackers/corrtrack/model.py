@@ -136,9 +136,19 @@ class Backbone(nn.Module):
         c4 = self.block4(sequential(self.stem, x))
         c8 = self.block8(sequential(self.down8, c4))
         c16 = self.block16(sequential(self.down16, c8))
-        up = F.interpolate(conv(self.proj16, c16), scale_factor=2.0, mode="bilinear", align_corners=False)
-        up = F.interpolate(conv(self.proj8, c8) + up, scale_factor=2.0, mode="bilinear", align_corners=False)
+        up = upsample2x(conv(self.proj16, c16))
+        up = upsample2x(conv(self.proj8, c8) + up)
         return conv(self.proj4, c4) + up
+
+
+def upsample2x(x: torch.Tensor) -> torch.Tensor:
+    """Bilinear 2x upsampling in x's dtype: CUDA's autocast would run it in fp32, and every sum after it and the
+    features themselves would then be fp32 (twice the bytes; the correlation casts them to half again)."""
+    dev = x.device.type
+    if half_autocast(dev) == x.dtype:
+        with torch.autocast(dev, enabled=False):
+            return F.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=False)
+    return F.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=False)
 
 
 class TemporalBlock(nn.Module):
@@ -304,12 +314,15 @@ class CorrTrackNet(nn.Module):
     # -- stages ------------------------------------------------------------------------------------
     @staticmethod
     def normalise(frames: torch.Tensor) -> torch.Tensor:
-        """uint8 [F, 3, H, W] -> float [F, 3, MODEL_SIZE, MODEL_SIZE], resized and normalised."""
-        x = frames.float() / 255.0
-        if x.shape[-2:] != (MODEL_SIZE, MODEL_SIZE):
-            x = F.interpolate(x, size=(MODEL_SIZE, MODEL_SIZE), mode="bilinear", align_corners=False,
+        """uint8 [F, 3, H, W] -> float [F, 3, MODEL_SIZE, MODEL_SIZE], resized and normalised (channels last)."""
+        x = frames
+        if x.shape[-2:] != (MODEL_SIZE, MODEL_SIZE):  # resized first: the scaling after it is linear
+            x = F.interpolate(x.float(), size=(MODEL_SIZE, MODEL_SIZE), mode="bilinear", align_corners=False,
                               antialias=bool(x.shape[-1] > MODEL_SIZE or x.shape[-2] > MODEL_SIZE))
-        return ((x - PIXEL_MEAN) / PIXEL_STD).contiguous(memory_format=torch.channels_last)
+        # (x / 255 - mean) / std as one pass in fp32, in the input's layout (channels last from [F, H, W, 3])
+        scale = torch.tensor(1.0 / (255.0 * PIXEL_STD), dtype=torch.float32)
+        shift = torch.tensor(-PIXEL_MEAN / PIXEL_STD, dtype=torch.float32)
+        return torch.addcmul(shift, x, scale).contiguous(memory_format=torch.channels_last)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """Normalised frames [F, 3, 256, 256] -> features [F, 64*64, C] (channels last)."""
