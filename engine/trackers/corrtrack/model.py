@@ -319,10 +319,11 @@ class CorrTrackNet(nn.Module):
         if x.shape[-2:] != (MODEL_SIZE, MODEL_SIZE):  # resized first: the scaling after it is linear
             x = F.interpolate(x.float(), size=(MODEL_SIZE, MODEL_SIZE), mode="bilinear", align_corners=False,
                               antialias=bool(x.shape[-1] > MODEL_SIZE or x.shape[-2] > MODEL_SIZE))
-        # (x / 255 - mean) / std as one pass in fp32, in the input's layout (channels last from [F, H, W, 3])
-        scale = torch.tensor(1.0 / (255.0 * PIXEL_STD), dtype=torch.float32)
+        # (x / 255 - mean) / std as one pass in fp32, in the input's layout (channels last from [F, H, W, 3]): a
+        # 0-dim fp32 shift (so the sum is fp32; a CUDA kernel takes one CPU scalar tensor at most) plus x times a
+        # Python-number scale
         shift = torch.tensor(-PIXEL_MEAN / PIXEL_STD, dtype=torch.float32)
-        return torch.addcmul(shift, x, scale).contiguous(memory_format=torch.channels_last)
+        return torch.add(shift, x, alpha=1.0 / (255.0 * PIXEL_STD)).contiguous(memory_format=torch.channels_last)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """Normalised frames [F, 3, 256, 256] -> features [F, 64*64, C] (channels last)."""
