@@ -50,6 +50,7 @@ from engine.trackers import TrackerCache, available_trackers, load_tracker
 from engine.trackers.lk import STAGES as LK_STAGES
 from engine.trackers.base import PreparedVideo, RunContext, Tracker, TrackResult, track_arrays
 from engine.trackers.compiled_switch import COMPILE_MODES, compile_in_flight, compile_status_text
+from engine.trackers.corrtrack.fused import status_text as fused_status_text
 from engine.core.flags import CORRTRACK_COMPILE
 
 # -- the session and its events -----------------------------------------------------------------------------------
@@ -200,5 +201,5 @@ __all__ = [
     "specs", "speedup_over", "tapvid_metrics", "track_arrays", "tradeoff_accuracy_axis", "write_video",
     "DIFF_LEVELS",
     "FleetEntry", "FleetIndex", "fleet_report_path", "load_index",
-    "COMPILE_MODES", "CORRTRACK_COMPILE", "compile_in_flight", "compile_status_text",
+    "COMPILE_MODES", "CORRTRACK_COMPILE", "compile_in_flight", "compile_status_text", "fused_status_text",
 ]

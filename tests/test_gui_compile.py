@@ -1,5 +1,6 @@
 """The app's compile setting (default background; --compile saves it; the environment wins over the setting)
-and the status-bar line a run's start gives ("CorrTrack: eager, compiling in the background…")."""
+and the status-bar lines a run's start gives ("CorrTrack: eager, compiling in the background…", "CorrTrack: fused
+kernels on …")."""
 
 from __future__ import annotations
 
@@ -54,9 +55,9 @@ def test_the_flag_is_saved_and_the_environment_wins_over_the_setting(settings) -
         _args("--compile", "fast")
 
 
-def _started(tracker: dict) -> Started:
+def _started(tracker: dict, device: str = "cpu") -> Started:
     return Started(t=time.perf_counter(), config=RunConfig(device="cpu"), video={}, geometry=VideoGeometry(8, 8, 8, 8),
-                   num_queries=1, num_batches=1, stages=(), device="cpu", device_name="CPU", tracker=tracker)
+                   num_queries=1, num_batches=1, stages=(), device=device, device_name=device, tracker=tracker)
 
 
 def test_a_run_start_puts_the_compile_line_in_the_status_bar_once(qtbot, settings) -> None:
@@ -73,3 +74,17 @@ def test_a_run_start_puts_the_compile_line_in_the_status_bar_once(qtbot, setting
     assert notes == ["CorrTrack: eager, compiling in the background…",
                      "CorrTrack: compiled (took 45 s; cached for next start)"]
     assert w.statusBar().currentMessage() == notes[-1]
+
+
+def test_a_gpu_run_says_whether_corrtrack_s_fused_kernels_ran(qtbot, settings) -> None:
+    w = MainWindow(settings=settings, sampler=None, config=RunConfig(tracker="lk", device="cpu"))
+    qtbot.addWidget(w)
+    notes: list[str] = []
+    w.runs.note.connect(notes.append)
+    on = {"name": "corrtrack", "stages": [], "fused_kernels": "on for CUDA inference (Triton 3.6.0)"}
+    w.runs._on_started(_started(on, "cpu"))  # the CPU runs the eager code: nothing to say
+    w.runs._on_started(_started(on, "cuda:0"))
+    w.runs._on_started(_started(on, "cuda:0"))  # a looped run: said once
+    w.runs._on_started(_started({**on, "fused_kernels": "off: TRACKSCOPE_CORRTRACK_FUSED is false"}, "cuda:0"))
+    assert notes == ["CorrTrack: fused kernels on for CUDA inference (Triton 3.6.0)",
+                     "CorrTrack: fused kernels off: TRACKSCOPE_CORRTRACK_FUSED is false"]

@@ -36,6 +36,7 @@ from engine.report.parts import Accuracy
 from engine.report.schema import BenchFile, Report
 from engine.run.events import Started
 from engine.run.session import Failed, Finished, Session
+from engine.trackers.corrtrack.fused import status_text as fused_status_text
 
 DEFAULT_PRECISIONS = ",".join(PRECISIONS)
 DEFAULT_POINTS_PER_BATCH = "256,1024"
@@ -479,11 +480,9 @@ def compile_note(report: Report) -> str:
 def fused_note(report: Report) -> str:
     """Whether a tracker's own fused kernels ran ('fused kernels', 'fused kernels off'), for a tracker that says
     (CorrTrack's ``fused_kernels``) and a run on a GPU; '' otherwise."""
-    status = report.tracker.details.get("fused_kernels")
     runs = report.warm_runs or report.finished_runs
-    if not isinstance(status, str) or not any(r.device.startswith("cuda") for r in runs):
-        return ""
-    return "fused kernels" if status.startswith("on") else "fused kernels off"
+    device = next((r.device for r in runs if r.device.startswith("cuda")), "")
+    return fused_status_text(report.tracker.details, device, short=True)
 
 
 def _compile_label(value: Any) -> str:

@@ -28,6 +28,7 @@ from engine.api import (
     Started,
     UserError,
     compile_status_text,
+    fused_status_text,
     run_title,
 )
 from gui.controllers.runner import ReportReady, RunController
@@ -70,6 +71,7 @@ class RunActions(QObject):
         self._configs: list[RunConfig] = []  # the configs the current run used, in order (live toggles)
         self._num_queries = 0
         self.compile_status = ""  # the last run's compile line (eager or compiled); "" when it does not compile
+        self.kernel_status = ""  # the last run's fused-kernels line (CorrTrack on a GPU); "" otherwise
         self._device_name = ""
         state.video_changed.connect(self._reset_clock)
         state.video_changed.connect(lambda: self.status.emit(""))  # no progress line of another video's run
@@ -169,6 +171,10 @@ class RunActions(QObject):
         if compiled and compiled != self.compile_status:  # said once per change, not at every looped run
             self.compile_status = compiled
             self.note.emit(compiled)
+        kernels = fused_status_text(self._tracker, event.device)  # "CorrTrack: fused kernels on for CUDA …"
+        if kernels and kernels != self.kernel_status:
+            self.kernel_status = kernels
+            self.note.emit(kernels)
 
     def _title(self) -> str:
         """The running tracker with every value of its settings used so far ('corrtrack fp32 p64→32 f16')."""

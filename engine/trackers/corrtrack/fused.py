@@ -21,22 +21,20 @@ cache (``~/.triton/cache``), so a later start loads it in milliseconds.
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
 from engine.core import flags
 from engine.core.flags import env_flag
 
-try:  # Triton ships with torch's CUDA wheels on Linux; without it the eager code runs
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - depends on the install
-    triton = None
-    tl = None
+_NOT_LOADED = object()
+_kernels: Any = _NOT_LOADED  # fused_kernels, None where Triton is not installed
 
 ENV = flags.CORRTRACK_FUSED
 ROWS_PER_PROGRAM = 16  # [16, 128] tiles: 2048 elements, one per thread pair at 4 warps
@@ -59,18 +57,51 @@ def disabled() -> Iterator[None]:
             _disabled_depth -= 1
 
 
+def kernels() -> Any:
+    """The kernels' module, or None without Triton (Triton ships with torch's CUDA wheels on Linux; without it
+    the eager code runs). Imported once, on first use."""
+    global _kernels
+    if _kernels is _NOT_LOADED:
+        with _lock:
+            if _kernels is _NOT_LOADED:
+                try:
+                    _kernels = importlib.import_module("engine.trackers.corrtrack.fused_kernels")
+                except ImportError:
+                    _kernels = None
+    return _kernels
+
+
+def triton_version() -> str | None:
+    """Triton's version, or None when it is not installed."""
+    found = kernels()
+    return None if found is None else str(found.triton.__version__)
+
+
 def available() -> bool:
-    """Triton is importable and the switch is on (a GPU is checked per call)."""
-    return triton is not None and _disabled_depth == 0 and env_flag(ENV, default=True)
+    """The switch is on and Triton importable (a GPU is checked per call)."""
+    return _disabled_depth == 0 and env_flag(ENV, default=True) and kernels() is not None
 
 
 def status() -> str:
     """What a report says about the kernels: on (with Triton's version) or why not."""
-    if triton is None:
-        return "off: Triton is not installed (the eager code runs)"
     if not env_flag(ENV, default=True):
         return f"off: {ENV} is false"
-    return f"on for CUDA inference (Triton {triton.__version__})"
+    version = triton_version()
+    if version is None:
+        return "off: Triton is not installed (the eager code runs)"
+    return f"on for CUDA inference (Triton {version})"
+
+
+def status_text(tracker: dict, device: str, short: bool = False) -> str:
+    """What a run on ``device`` ran, from a tracker's description (its ``fused_kernels``): 'CorrTrack: fused
+    kernels on for CUDA inference (Triton 3.6.0)', or with ``short`` 'fused kernels' / 'fused kernels off';
+    '' for a tracker that does not say or a run off the GPU (the eager code runs there)."""
+    status = tracker.get("fused_kernels")
+    if not isinstance(status, str) or not device.startswith("cuda"):
+        return ""
+    if short:
+        return "fused kernels" if status.startswith("on") else "fused kernels off"
+    return f"CorrTrack: fused kernels {status}"
 
 
 def usable(x: torch.Tensor) -> bool:
@@ -90,53 +121,16 @@ def ln_taps(x: torch.Tensor, norm: torch.nn.LayerNorm, taps: torch.Tensor | None
             dilation: int, dtype: torch.dtype) -> torch.Tensor:
     """x [M, T, D] -> [M, T, D] in dtype: LayerNorm, then (with taps [3, D]) taps[1] * y_t + taps[0] * y_(t-d)
     + taps[2] * y_(t+d) + tap_bias, zero frames beyond both ends. Without taps: the LayerNorm alone."""
-    assert triton is not None
+    k = kernels()
+    assert k is not None, "fused.ln_taps without Triton"
     x = x.contiguous()
     m, t, d = x.shape
     out = torch.empty((m, t, d), device=x.device, dtype=dtype)
     rows = m * t
     with_taps = taps is not None and tap_bias is not None
-    grid = (triton.cdiv(rows, ROWS_PER_PROGRAM),)
-    _ln_taps_kernel[grid](
+    grid = ((rows + ROWS_PER_PROGRAM - 1) // ROWS_PER_PROGRAM,)
+    k.ln_taps_kernel[grid](
         x, out, norm.weight, norm.bias, taps if with_taps else norm.weight, tap_bias if with_taps else norm.bias,
         rows, t, max(int(dilation), 1), float(norm.eps),
         D=d, BLOCK=ROWS_PER_PROGRAM, TAPS=with_taps, num_warps=NUM_WARPS)
     return out
-
-
-if triton is not None:
-
-    @triton.jit
-    def _norm_rows(x_ptr, row, live, col, w, b, eps, D: tl.constexpr, out_ty: tl.constexpr):
-        """LayerNorm of rows [R] of x (input rounded to out_ty first, as the eager code casts it), rounded to
-        out_ty as the eager kernel's output is; zero where not live."""
-        offs = row.to(tl.int64)[:, None] * D + col[None, :]
-        x = tl.load(x_ptr + offs, mask=live[:, None], other=0.0).to(out_ty).to(tl.float32)
-        mean = tl.sum(x, axis=1) / D
-        xc = x - mean[:, None]
-        var = tl.sum(xc * xc, axis=1) / D
-        y = xc * (1.0 / tl.sqrt(var + eps))[:, None] * w[None, :] + b[None, :]
-        return tl.where(live[:, None], y.to(out_ty).to(tl.float32), 0.0)
-
-    # one binary per dtype and variant: no specialisation on the sizes (each would compile again)
-    @triton.jit(do_not_specialize=["rows", "frames", "dilation"])
-    def _ln_taps_kernel(x_ptr, out_ptr, w_ptr, b_ptr, taps_ptr, tap_bias_ptr, rows, frames, dilation, eps,
-                        D: tl.constexpr, BLOCK: tl.constexpr, TAPS: tl.constexpr):
-        row = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        col = tl.arange(0, D)
-        live = row < rows
-        out_ty = out_ptr.dtype.element_ty
-        w = tl.load(w_ptr + col).to(out_ty).to(tl.float32)
-        b = tl.load(b_ptr + col).to(out_ty).to(tl.float32)
-        y = _norm_rows(x_ptr, row, live, col, w, b, eps, D, out_ty)
-        if TAPS:
-            t = row % frames
-            before = _norm_rows(x_ptr, row - dilation, live & (t >= dilation), col, w, b, eps, D, out_ty)
-            after = _norm_rows(x_ptr, row + dilation, live & (t + dilation < frames), col, w, b, eps, D, out_ty)
-            tap0 = tl.load(taps_ptr + col).to(out_ty).to(tl.float32)
-            tap1 = tl.load(taps_ptr + D + col).to(out_ty).to(tl.float32)
-            tap2 = tl.load(taps_ptr + 2 * D + col).to(out_ty).to(tl.float32)
-            bias = tl.load(tap_bias_ptr + col).to(out_ty).to(tl.float32)
-            y = bias[None, :] + y * tap1[None, :] + before * tap0[None, :] + after * tap2[None, :]
-        out_offs = row.to(tl.int64)[:, None] * D + col[None, :]
-        tl.store(out_ptr + out_offs, y.to(out_ty), mask=live[:, None])
