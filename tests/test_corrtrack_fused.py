@@ -122,3 +122,16 @@ def test_the_bench_says_whether_the_fused_kernels_ran_on_a_gpu() -> None:
     assert fused_note(report("cuda:0", "off: TRACKSCOPE_CORRTRACK_FUSED is false")) == "fused kernels off"
     assert fused_note(report("cpu", "on for CUDA inference (Triton 3.6.0)")) == ""  # the CPU runs the eager code
     assert fused_note(report("cuda:0", None)) == ""  # a tracker that does not say
+
+
+def test_a_broken_triton_leaves_the_eager_code_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(name: str):
+        raise RuntimeError("libtriton.so: cannot open shared object file")
+
+    monkeypatch.setattr(fused, "_kernels", fused._NOT_LOADED)
+    monkeypatch.setattr(fused.importlib, "import_module", broken)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    with torch.no_grad():
+        assert not fused.usable(torch.randn(2, 5, 32))
+    assert fused.status() == ("off: Triton failed to import (RuntimeError: libtriton.so: cannot open shared object "
+                              "file) (the eager code runs)")

@@ -34,11 +34,12 @@ from engine.core import flags
 from engine.core.flags import env_flag
 
 _NOT_LOADED = object()
-_kernels: Any = _NOT_LOADED  # fused_kernels, None where Triton is not installed
+_kernels: Any = _NOT_LOADED  # fused_kernels, None where Triton is not installed or its import failed
+_load_error = ""  # why it is None
 
 ENV = flags.CORRTRACK_FUSED
-ROWS_PER_PROGRAM = 16  # [16, 128] tiles: 2048 elements, one per thread pair at 4 warps
-NUM_WARPS = 4
+ROWS_PER_PROGRAM = 16  # rows per program: 16 rows x 4 warps was the fastest or tied of five tilings on the H200
+NUM_WARPS = 4  # (scripts/refine_micro.py, docs/records/session22/micro_*.json)
 
 _lock = threading.Lock()
 _disabled_depth = 0
@@ -60,14 +61,16 @@ def disabled() -> Iterator[None]:
 def kernels() -> Any:
     """The kernels' module, or None without Triton (Triton ships with torch's CUDA wheels on Linux; without it
     the eager code runs). Imported once, on first use."""
-    global _kernels
+    global _kernels, _load_error
     if _kernels is _NOT_LOADED:
         with _lock:
             if _kernels is _NOT_LOADED:
                 try:
                     _kernels = importlib.import_module("engine.trackers.corrtrack.fused_kernels")
                 except ImportError:
-                    _kernels = None
+                    _kernels, _load_error = None, "Triton is not installed"
+                except Exception as exc:  # a broken install: the eager code still runs
+                    _kernels, _load_error = None, f"Triton failed to import ({type(exc).__name__}: {exc})"
     return _kernels
 
 
@@ -88,7 +91,7 @@ def status() -> str:
         return f"off: {ENV} is false"
     version = triton_version()
     if version is None:
-        return "off: Triton is not installed (the eager code runs)"
+        return f"off: {_load_error} (the eager code runs)"
     return f"on for CUDA inference (Triton {version})"
 
 
