@@ -10,7 +10,9 @@ half rounding of the same values).
 
 Only for inference: with autograd on (training), the plain cast runs, so gradients reach the fp32 parameters.
 A cast first needed inside a CUDA graph capture is not kept (its memory would belong to the graph's pool);
-the warm-up before each capture fills the cache.
+the warm-up before each capture fills the cache. A captured graph reads the kept cast, not the parameter: code
+that changes weights in place after capturing must drop its graphs first (CorrTrackTracker's weights are fixed
+once loaded; its int8/fp8 copies are quantised before they run).
 """
 
 from __future__ import annotations
