@@ -15,13 +15,7 @@ for side in new old; do
   step 45 bash -c "cd $d && $B --out $W/prof_$side --precisions bf16 --queries 1024 --val-videos 0 --repeats 5"
   cat $W/prof_$side/profile.txt 2>/dev/null
 done
-i=0
-for side in new old new old; do
-  d=.; [ $side = old ] && d=.old; i=$((i + 1))
-  for n in 256 1024; do
-    step 50 bash -c "cd $d && $T bench $V --device cuda --tracker corrtrack --precisions bf16,fp16 --points $n --points-per-batch $n $S --out $W/s${n}_${side}_$i"
-  done
-done
+alternate 50 bf16,fp16 new old new old
 step 50 $T bench $V --device cuda --tracker corrtrack-v2 --precisions bf16 --points 1024 --points-per-batch 1024 $S --out $W/s1024_v2_new
 } 2>&1 | tee "$OUT/call_a.log"
 tar -czf "$OUT/call_a.tar.gz" -C "$W" . 2>/dev/null

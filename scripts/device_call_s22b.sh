@@ -15,17 +15,7 @@ for run in empty_cache filled_cache filled_again; do
 done
 step 40 env TRACKSCOPE_CORRTRACK_FUSED=0 $B --out $W/cold_off
 ls -R $TRITON_CACHE_DIR | head -20
-i=0
-for side in new old off new old off; do
-  i=$((i + 1))
-  for n in 256 1024; do
-    case $side in
-      new) step 45 $T bench $V --device cuda --tracker corrtrack --precisions bf16,fp16 --points $n --points-per-batch $n $S --out $W/s${n}_${side}_$i ;;
-      off) step 45 env TRACKSCOPE_CORRTRACK_FUSED=0 $T bench $V --device cuda --tracker corrtrack --precisions bf16 --points $n --points-per-batch $n $S --out $W/s${n}_${side}_$i ;;
-      old) step 45 bash -c "cd .old && $T bench $V --device cuda --tracker corrtrack --precisions bf16,fp16 --points $n --points-per-batch $n $S --out $W/s${n}_${side}_$i" ;;
-    esac
-  done
-done
+alternate 45 bf16,fp16 new old off new old off
 for tr in corrtrack-v2 corrtrack-v3; do
   for n in 256 1024; do
     step 45 $T bench $V --device cuda --tracker $tr --precisions bf16 --points $n --points-per-batch $n $S --out $W/${tr}_$n

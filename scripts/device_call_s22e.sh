@@ -11,14 +11,7 @@ P="--points 256 --points-per-batch 256 --warmup 2 --repeat 10 --no-cost"
 {
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 step 120 $B --out $W/call --precisions bf16 fp16 fp32 int8 fp8 --queries 256 1024 --val-videos 8
-i=0
-for side in new old new old; do
-  i=$((i + 1))
-  for n in 256 1024; do
-    d=.; [ $side = old ] && d=.old
-    step 45 bash -c "cd $d && $T bench $V --device cuda --tracker corrtrack --precisions bf16,fp16 --points $n --points-per-batch $n $S --out $W/s${n}_${side}_$i"
-  done
-done
+alternate 45 bf16,fp16 new old new old
 step 90 $T bench $V --device cuda --tracker scripts.peers.cotracker_plugin:make --precisions tf32,bf16 $P --out $W/cotracker
 step 90 $T bench $V --device cuda --tracker scripts.peers.tapir_plugin:make --precisions tf32,bf16 $P --out $W/tapir
 step 45 $T bench $V --device cuda --tracker corrtrack --precisions tf32,bf16 --points 256 --points-per-batch 256 $S --out $W/s256_last

@@ -7,12 +7,5 @@ source scripts/device_common.sh
 S="--warmup 3 --repeat 20 --no-cost"
 {
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
-i=0
-for side in new old new old; do
-  i=$((i + 1))
-  for n in 256 1024; do
-    d=.; [ $side = old ] && d=.old
-    step 30 bash -c "cd $d && $T bench $V --device cuda --tracker corrtrack --precisions bf16 --points $n --points-per-batch $n $S --out $W/s${n}_${side}_$i"
-  done
-done
+alternate 30 bf16 new old new old
 } 2>&1 | tee "$OUT/call_f.log"

@@ -11,3 +11,20 @@ V=resources/sample.mp4
 step() { local limit=$1; shift; local left=$((TOTAL_S - SECONDS - 15)); echo; echo "### $* ($left s left)";
          (( left < 10 )) && { echo skipped; return; }; (( limit > left )) && limit=$left;
          timeout -k 5 "$limit" "$@" 2>&1 | grep -v '^USDT'; echo "rc=${PIPESTATUS[0]}"; }
+# alternate LIMIT_S PRECISIONS SIDE...: CorrTrack's whole session (`trackscope bench`, the sample, timing args $S) at
+# 256 and 1024 points for each side in turn, into $W/s<points>_<side>_<i>: new = this tree, old = .old/ (the code
+# before, carried), off = this tree with the fused kernels off (the first precision only).
+alternate() {
+  local limit=$1 precisions=$2 i=0 side n; shift 2
+  for side in "$@"; do
+    i=$((i + 1))
+    for n in 256 1024; do
+      local run="$T bench $V --device cuda --tracker corrtrack --points $n --points-per-batch $n $S --out $W/s${n}_${side}_$i"
+      case $side in
+        new) step "$limit" $run --precisions "$precisions" ;;
+        old) step "$limit" bash -c "cd .old && $run --precisions $precisions" ;;
+        off) step "$limit" env TRACKSCOPE_CORRTRACK_FUSED=0 $run --precisions "${precisions%%,*}" ;;
+      esac
+    done
+  done
+}
