@@ -22,6 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from engine.core.atomic import atomic_open  # noqa: E402
 from engine.core.precision import precision_context  # noqa: E402
 from engine.core.stages import StageTimer  # noqa: E402
 from engine.trackers.base import RunContext  # noqa: E402
@@ -196,12 +197,14 @@ def main() -> int:
     result["speed"] = rows
     if not args.no_profile and device.type == "cuda":
         table = kernel_profile(tracker, frames, all_queries[: args.queries[0]], device, best)
-        (args.out / "profile.txt").write_text(table)
+        with atomic_open(args.out / "profile.txt", "w") as f:
+            f.write(table)
         print(table)
     if args.val_videos > 0:
         result["accuracy"] = accuracy(tracker, device, tuple(args.precisions), args.val_videos)
         print("accuracy", json.dumps(result["accuracy"]))
-    (args.out / "bench.json").write_text(json.dumps(result, indent=1) + "\n")
+    with atomic_open(args.out / "bench.json", "w") as f:
+        f.write(json.dumps(result, indent=1) + "\n")
     print(f"\n{result['device']}, torch {result['torch']}, compile {args.compile}, {args.frames} frames 256x256, "
           f"warm median of "
           f"{args.repeats}; cold = load + first run ({best}, N={args.queries[0]}): "

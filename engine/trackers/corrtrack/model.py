@@ -171,10 +171,10 @@ class TemporalBlock(nn.Module):
             mixed = fused.ln_taps(x, self.norm, self.taps, self.tap_bias, d, half_autocast(x.device.type) or x.dtype)
             return x + linear(self.fc2, F.gelu(linear(self.fc1, mixed)))
         y = layer_norm(self.norm, x)
-        taps = self.taps.to(y.dtype)
+        taps = param_as(self.taps, y.dtype)
         # frame t's own tap over the bias, then frames t-d and t+d added into the frames that have them (zero
         # frames beyond both ends): three passes over [M, T, D], no padded copy
-        mixed = torch.addcmul(self.tap_bias.to(y.dtype), y, taps[1])
+        mixed = torch.addcmul(param_as(self.tap_bias, y.dtype), y, taps[1])
         mixed[:, d:].addcmul_(y[:, :-d], taps[0])
         mixed[:, :-d].addcmul_(y[:, d:], taps[2])
         return x + linear(self.fc2, F.gelu(linear(self.fc1, mixed)))
