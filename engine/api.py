@@ -107,6 +107,17 @@ from engine.workflows.deep import DeepCapture, deep_capture, trace_path_for
 from engine.workflows.count import CountedWork, CountProcess, count_work, with_counted_work
 from engine.analysis.tradeoff import accuracy_axis as tradeoff_accuracy_axis
 
+# -- accuracy files (eval/cycle --json) beside the trade-off's runs: held-out AJ and real-clip cycle error ----------
+from engine.report.accuracy_file import CYCLE_KIND, EVAL_KIND, AccuracyFile, load_accuracy_file
+from engine.analysis.tradeoff_accuracy import (
+    AccuracyOnlyRow,
+    AccuracySource,
+    CycleAccuracy,
+    HeldOutAccuracy,
+    TradeoffAccuracy,
+    load_tradeoff_file,
+)
+
 # -- the diff of two runs: its model, which the app's diff view draws (``diff_runs`` fills it) ------------------
 from engine.analysis.diff import LEVELS as DIFF_LEVELS
 # -- fleet folders (trackscope fleet): the index, its entries as plain report paths; no Ray needed to read them ----
@@ -202,4 +213,6 @@ __all__ = [
     "DIFF_LEVELS",
     "FleetEntry", "FleetIndex", "fleet_report_path", "load_index",
     "COMPILE_MODES", "CORRTRACK_COMPILE", "compile_in_flight", "compile_status_text", "fused_status_text",
+    "CYCLE_KIND", "EVAL_KIND", "AccuracyFile", "AccuracyOnlyRow", "AccuracySource", "CycleAccuracy", "HeldOutAccuracy",
+    "TradeoffAccuracy", "load_accuracy_file", "load_tradeoff_file",
 ]

@@ -256,7 +256,7 @@ class MainWindow(QMainWindow):
         self._action(run, "Stop &capture", self.capture.stop)
         compare = bar.addMenu("&Compare")
         self._action(compare, "A/B: current run against a report…", files.compare_with_report_dialog)
-        self._action(compare, "Trade-offs: add a bench or report file…", self.add_bench_dialog)
+        self._action(compare, "Trade-offs: add a bench, report or accuracy file…", self.add_bench_dialog)
         self._action(compare, "Diff two reports…", self.differ.diff_files_dialog)
         view = bar.addMenu("&View")
         self._action(view, "Play / pause", lambda: self.view.set_playing(not self.view.playing), "Space")
@@ -418,11 +418,11 @@ class MainWindow(QMainWindow):
         self.runs.apply_config(change)
 
     def add_bench_dialog(self) -> None:
-        """Compare > add a bench or report file to the trade-offs."""
+        """Compare > add a bench, report or accuracy file (eval/cycle --json) to the trade-offs."""
         path = self.files.bench_path_dialog()
         if path and self.tradeoff is not None:
             try:
-                self.tradeoff.add_bench(path)
+                self.tradeoff.add_file(path)
                 self.tabs.setCurrentWidget(self.tradeoff)
             except UserError as exc:
                 self.show_message(exc.message, exc.suggestion)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from engine.analysis.metrics import divergence
-from engine.core.config import DEFAULT_TUNABLE
+from engine.core.config import DEFAULT_TUNABLE, PRECISION_UNUSED
 from engine.report.schema import Report, as_report
 
 BASELINE_PRECISION = "fp32"
@@ -29,7 +29,6 @@ PX_FROM_REPORT, PX_FROM_TRACKS, PX_BASELINE = "report", "tracks", "baseline"
 #: what a row's memory figure measures
 MEMORY_DEVICE_PEAK, MEMORY_PROCESS_RSS = "device peak", "process RSS"
 MS_WARM, MS_COLD = "warm median", "cold"
-PRECISION_UNUSED = "n/a"  # the precision of a tracker that has none to set (LK: OpenCV on the CPU)
 VALUE_CHANGE = "→"  # joins the values a setting took during a run: "fp32→bf16", "64→32"
 
 

@@ -1,14 +1,14 @@
-"""`trackscope cycle VIDEO... [--tracker NAME]`: forward-backward cycle error on videos with no ground truth,
-with LK beside it on the same points."""
+"""`trackscope cycle VIDEO... [--tracker NAME] [--precisions fp32,bf16] [--json OUT]`: forward-backward cycle
+error on videos with no ground truth, per precision, with LK beside it on the same points; the JSON is an accuracy
+file the app's trade-off tab reads."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-from engine.cli.common import add_run_arguments, check_output_path, config_from_args
+from engine.cli.common import add_run_arguments, check_output_path, config_from_args, precisions_from_args
 from engine.core.errors import UserError
 
 
@@ -21,32 +21,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--frames", type=int, default=DEFAULT_FRAMES,
                    help=f"the clip: the first N frames (default {DEFAULT_FRAMES})")
     p.add_argument("--no-baseline", action="store_true", help="do not run LK beside the tracker")
-    p.add_argument("--json", type=Path, help="also write the results here (JSON)")
-    add_run_arguments(p)
+    p.add_argument("--json", type=Path, metavar="OUT.json",
+                   help="also write the results here: per tracker and precision, per video and over all (an "
+                        "accuracy file: the app's Compare > Trade-offs: add a file reads it)")
+    add_run_arguments(p, several_precisions=True)
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.core.atomic import atomic_open
-    from engine.workflows.cycle import cycle_videos, format_table
+    from engine.report.accuracy_file import save_accuracy_file
+    from engine.workflows.cycle import cycle_accuracy_file, cycle_precisions, format_table
 
     if args.frames < 2:
         raise UserError(f"--frames {args.frames}: a cycle needs at least 2 frames")
     for video in args.videos:
         if not video.is_file():
             raise UserError(f"{video}: video not found")
+    config = config_from_args(args)
+    precisions = precisions_from_args(args)
     if args.json is not None:
         check_output_path(args.json, "--json", (".json",))
-    config = config_from_args(args)
-    names = [config.tracker]
-    baseline = None
-    if config.tracker != "lk" and not args.no_baseline:
-        names.append("lk")
-        baseline = "lk"
-    results = cycle_videos(list(args.videos), names, config, args.grid, args.frames,
-                           progress=lambda line: print(f"trackscope cycle: {line}", file=sys.stderr))
-    print(format_table(results, baseline))
+    baseline = "lk" if config.tracker != "lk" and not args.no_baseline else None
+    runs = cycle_precisions(list(args.videos), config, precisions, baseline, args.grid, args.frames,
+                            progress=lambda line: print(f"trackscope cycle: {line}", file=sys.stderr))
+    print(format_table(runs.table, runs.baseline_label))
     if args.json is not None:
-        with atomic_open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"grid": args.grid, "frames": args.frames, "config": config.to_dict(),
-                       "results": [r.to_dict() for by in results.values() for r in by.values()]}, f, indent=1)
+        save_accuracy_file(cycle_accuracy_file(runs, config, precisions, args.grid, args.frames), args.json)
+        print(f"trackscope cycle: wrote {args.json}", file=sys.stderr)
     return 0

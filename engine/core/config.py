@@ -17,6 +17,10 @@ from typing import Any
 from engine.core.errors import UserError
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8")  # int8/fp8: quantised recipes (engine.trackers.quant)
+#: the reference precision: a list of precisions runs it first
+REFERENCE_PRECISION = "fp32"
+#: the precision of a tracker that has none to set (LK: OpenCV on the CPU), wherever one is shown or recorded
+PRECISION_UNUSED = "n/a"
 DEFAULT_POINTS_PER_BATCH = 256
 DEFAULT_FRAMES_PER_BATCH = 16
 #: the most points one batch may hold (a 65536-point batch of 47 frames is ~3 GiB of CorrTrack's volume per 256 px)
@@ -52,6 +56,18 @@ def _check_precision(value: Any) -> None:
         close = difflib.get_close_matches(str(value), PRECISIONS, n=1, cutoff=_SUGGEST_CUTOFF)
         raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, not {value!r}",
                           f"did you mean {close[0]}?" if close else None)
+
+
+def parse_precisions(text: str, flag: str = "--precisions") -> list[str]:
+    """A comma list of precision names, deduplicated, fp32 first (the reference); ConfigError naming the unknown
+    ones (or an empty list)."""
+    values = [v.strip().lower() for v in str(text).split(",") if v.strip()]
+    bad = [v for v in values if v not in PRECISIONS]
+    if bad or not values:
+        close = difflib.get_close_matches(bad[0], PRECISIONS, n=1, cutoff=_SUGGEST_CUTOFF) if bad else []
+        raise ConfigError(f"{flag}: unknown {', '.join(bad) or 'empty list'}",
+                          (f"did you mean {close[0]}? " if close else "") + f"use {', '.join(PRECISIONS)}")
+    return sorted(set(values), key=lambda p: (p != REFERENCE_PRECISION, values.index(p)))
 
 
 def _batch_check(name: str, limit: int) -> Any:

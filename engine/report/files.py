@@ -14,7 +14,7 @@ from engine.core.atomic import atomic_open
 from engine.core.errors import ReportError
 from engine.core.outputs import write_error
 from engine.report.fields import to_json
-from engine.report.migrate import BENCH_FORMAT
+from engine.report.migrate import BENCH_FORMAT, CYCLE_KIND, EVAL_KIND
 from engine.report.parts import RecordedFinding
 from engine.report.schema import BenchFile, Report
 
@@ -76,9 +76,17 @@ def load_bench(path: str | Path) -> BenchFile:
         raise _in_file("bench file", path, exc) from None
 
 
-def load_reports(path: str | Path) -> list[Report]:
-    """The reports of a file: the one of a report file, or all of a bench file's."""
-    data = read_json(path)
+def _refuse_accuracy_file(data: Any, path: str | Path) -> None:
+    """ReportError saying so when decoded JSON is an accuracy file (eval/cycle --json), not a report."""
+    if isinstance(data, dict) and data.get("kind") in (EVAL_KIND, CYCLE_KIND):
+        raise ReportError(f"{path} is an accuracy file ({data['kind']}), not a run report or bench file",
+                          "add it to the precision trade-offs instead "
+                          "(Compare > Trade-offs: add a bench, report or accuracy file)")
+
+
+def reports_from_data(data: Any, path: str | Path) -> list[Report]:
+    """The reports of a file's decoded JSON: the one of a report, or all of a bench file's; errors name ``path``."""
+    _refuse_accuracy_file(data, path)
     is_bench = isinstance(data, dict) and data.get("format") == BENCH_FORMAT
     try:
         return list(BenchFile.from_dict(data).reports) if is_bench else [Report.from_dict(data)]
@@ -86,9 +94,15 @@ def load_reports(path: str | Path) -> list[Report]:
         raise _in_file("bench file" if is_bench else "report", path, exc) from None
 
 
+def load_reports(path: str | Path) -> list[Report]:
+    """The reports of a file: the one of a report file, or all of a bench file's."""
+    return reports_from_data(read_json(path), path)
+
+
 def load_any(path: str | Path) -> tuple[list[Report], tuple[RecordedFinding, ...]]:
     """The reports of a report or bench file, and the findings a bench file recorded beside them."""
     data = read_json(path)
+    _refuse_accuracy_file(data, path)
     is_bench = isinstance(data, dict) and data.get("format") == BENCH_FORMAT
     try:
         if is_bench:

@@ -26,6 +26,10 @@ from engine.report.fields import describe
 
 REPORT_FORMAT = "trackscope-report"
 BENCH_FORMAT = "trackscope-bench"
+#: the kinds of accuracy files (engine.report.accuracy_file: eval/cycle --json), named here so that a report load
+#: can say that it met one
+EVAL_KIND = "trackscope-eval"
+CYCLE_KIND = "trackscope-cycle"
 #: the version this code writes, and the newest it reads
 REPORT_VERSION = 2
 #: the keys of v1's per-stage cost entries that are measurements (the rest is analysis, dropped)

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from engine.analysis.tradeoff import speedup_over
-from engine.core.config import PRECISIONS, RunConfig
+from engine.core.config import PRECISIONS, RunConfig, parse_precisions
 from engine.core.errors import UserError
 from engine.core.units import ms_value
 from engine.report.parts import Accuracy
@@ -92,11 +92,7 @@ def _int_list(text: str, what: str) -> list[int]:
 
 
 def _precision_list(text: str) -> list[str]:
-    values = [v.strip().lower() for v in text.split(",") if v.strip()]
-    bad = [v for v in values if v not in PRECISIONS]
-    if bad or not values:
-        raise UserError(f"--precisions: unknown {', '.join(bad) or 'empty list'}", f"use {', '.join(PRECISIONS)}")
-    return sorted(set(values), key=lambda p: (p != "fp32", values.index(p)))  # fp32 first: the reference
+    return parse_precisions(text)  # fp32 first: the reference
 
 
 @dataclass

@@ -3,11 +3,14 @@
 Each video is run through a ``Session`` (so batching, precision and stage timing are the same as an
 interactive run) and scored with the TAP-Vid metrics of ``engine.metrics``; the set's score is the mean
 over videos. In query mode "first" the queries CSV is used as is; in "strided" the queries are sampled
-from the ground truth every 5 frames, as TAP-Vid does.
+from the ground truth every 5 frames, as TAP-Vid does. ``evaluate_precisions`` grades a tracker at several
+precisions (loaded once; LK beside it once) and ``eval_accuracy_file`` makes their accuracy file
+(``engine.report.accuracy_file``).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, NoReturn
@@ -27,8 +30,17 @@ from engine.core.errors import OutOfMemory, TrackerError, UserError
 from engine.core.paths import GROUND_TRUTH_SUFFIX as GT_SUFFIX
 from engine.core.paths import QUERIES_SUFFIX, VIDEO_SUFFIX
 from engine.io.trackio import load_ground_truth, read_queries_csv
+from engine.report.accuracy_file import EVAL_KIND, AccuracyEntry, AccuracyFile, EvalScores, EvalVideo
 from engine.run.session import Failed, Session
 from engine.trackers.base import Tracker
+from engine.workflows.precision_runs import (
+    PlannedRun,
+    TrackerFacts,
+    check_precisions,
+    machine_of,
+    plan_runs,
+    settings_of,
+)
 
 #: columns format_table prints for each tracker: (heading, key in a scores dict)
 TABLE_SCORES = (("AJ", "aj"), ("d_avg", "delta_avg"), ("OA", "oa"))
@@ -175,6 +187,68 @@ def evaluate_set(
             progress(done, len(items), item.name)
     result.mean = mean_scores([v.scores for v in result.videos.values()])
     return result
+
+
+@dataclass
+class EvalRuns:
+    """The runs of one ``eval`` command: each planned run (tracker, precision) with its result, in order."""
+
+    runs: list[tuple[PlannedRun, EvalResult]]
+    facts: dict[str, TrackerFacts]  # by tracker name
+
+    def by_label(self) -> dict[str, EvalResult]:
+        """{run label: result}, as ``format_table`` takes them."""
+        return {run.label: result for run, result in self.runs}
+
+
+def evaluate_precisions(set_dir: str | Path, config: RunConfig, precisions: list[str], baseline: str | None = "lk",
+                        query_mode: str = "first", log: Callable[[str], None] | None = None) -> EvalRuns:
+    """``config.tracker`` at each of ``precisions`` and ``baseline`` beside it (a tracker without a precision
+    setting, as LK, once); each tracker loaded once."""
+    from engine.trackers import load_tracker
+
+    find_set(set_dir)  # a bad set is said before any tracker loads
+    names = list(dict.fromkeys([config.tracker, *([baseline] if baseline else [])]))
+    trackers = {name: load_tracker(name) for name in names}
+    facts = {name: TrackerFacts.of(name, tracker) for name, tracker in trackers.items()}
+    check_precisions(trackers, facts, precisions, config)
+    out = EvalRuns([], facts)
+    for run in plan_runs(facts.values(), precisions):
+        t0 = time.perf_counter()
+        result = evaluate_set(set_dir, run.tracker, run.config(config), query_mode=query_mode,
+                              tracker=trackers[run.tracker])
+        out.runs.append((run, result))
+        if log is not None:
+            log(f"{run.label} done in {time.perf_counter() - t0:.1f} s")
+    return out
+
+
+def _eval_scores(scores: dict[str, Any], num_points: int) -> EvalScores:
+    """A scores dict (TapVidScores.to_dict, mean_scores) as an accuracy file's scores (NaN: None)."""
+    return EvalScores(aj=finite_or_none(scores.get("aj")), delta_avg=finite_or_none(scores.get("delta_avg")),
+                      oa=finite_or_none(scores.get("oa")), num_points=int(num_points))
+
+
+def eval_accuracy_file(runs: EvalRuns, config: RunConfig, precisions: list[str], baseline: str | None,
+                       set_dir: str | Path, query_mode: str = "first") -> AccuracyFile:
+    """The accuracy file (EVAL_KIND) of an ``eval`` command's runs: per (tracker, precision) the mean over the
+    set's videos and each video's AJ, delta_avg and OA."""
+    entries = []
+    for run, result in runs.runs:
+        videos = tuple(EvalVideo(v.name, _eval_scores(v.scores.to_dict(), v.num_queries), v.num_frames, v.wall_ms)
+                       for v in result.videos.values())
+        mean = _eval_scores(result.mean, int(result.mean.get("num_points", 0)))
+        entries.append(AccuracyEntry(run.tracker, run.precision, mean, videos,
+                                     untrained=runs.facts[run.tracker].untrained))
+    names = [v.name for v in runs.runs[0][1].videos.values()] if runs.runs else [i.name for i in find_set(set_dir)]
+    machine, device = machine_of(config)
+    main = runs.facts.get(config.tracker)
+    return AccuracyFile(kind=EVAL_KIND, machine=machine, device=device, tracker=config.tracker,
+                        weights_sha256=main.weights_sha256 if main else None,
+                        baseline=baseline if baseline != config.tracker else None,
+                        source_name=Path(set_dir).resolve().name, videos=tuple(names), entries=tuple(entries),
+                        settings=settings_of(config, precisions, baseline, set_dir=str(set_dir),
+                                             query_mode=query_mode))
 
 
 def _cell(value: float | None) -> str:

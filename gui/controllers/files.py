@@ -366,6 +366,7 @@ class FileController(QObject):
         return True
 
     def bench_path_dialog(self) -> str | None:
-        """Ask for a bench or report file to add to the trade-offs."""
-        path, _ = QFileDialog.getOpenFileName(self._parent, "Add bench or report", "", "Bench or report (*.json)")
+        """Ask for a bench, report or accuracy file (eval/cycle --json) to add to the trade-offs."""
+        path, _ = QFileDialog.getOpenFileName(self._parent, "Add bench, report or accuracy file", "",
+                                              "Bench, report or accuracy file (*.json)")
         return path or None

@@ -2,8 +2,11 @@
 
 The rows come from the run history (each finished run and each report opened, ``add_entry``) or a bench
 file; their fp32 baseline, speedup and divergence are ``engine.analysis.tradeoff``'s (through
-``engine.api``). This module only draws them: a sortable table and a speed-vs-accuracy scatter, of one
-video at a time (the one open; "All videos" shows every row with its video).
+``engine.api``). Accuracy files (``trackscope eval/cycle --json``) add the held-out AJ and the real-clip
+cycle error of each tracker and precision beside its rows, and a row of its own (speed empty) for a tracker
+and precision no run row has (``engine.analysis.tradeoff_accuracy``). This module only draws them: a
+sortable table and a speed-vs-accuracy scatter, of one video at a time (the one open; "All videos" shows
+every row with its video).
 """
 
 from __future__ import annotations
@@ -25,14 +28,21 @@ from PySide6.QtWidgets import (
 )
 
 from engine.api import (
+    CYCLE_KIND,
+    EVAL_KIND,
     MEMORY_PROCESS_RSS,
     PRECISION_UNUSED,
+    AccuracyFile,
+    AccuracyOnlyRow,
+    CycleAccuracy,
+    HeldOutAccuracy,
     Report,
     ReportError,
+    TradeoffAccuracy,
     TradeoffRow,
     TradeoffTable,
     as_report,
-    load_reports,
+    load_tradeoff_file,
     tradeoff_accuracy_axis,
 )
 from gui.history import FINISHED, OPENED, HistoryEntry, video_name
@@ -56,7 +66,8 @@ PRECISION_COLOURS = {"fp32": (70, 130, 230), "tf32": (40, 170, 90), "fp16": (240
                      "bf16": (170, 70, 200), "int8": (220, 50, 50), "fp8": (120, 120, 120)}
 OTHER_COLOUR = (128, 128, 128)
 COLUMNS = ("video", "tracker", "machine", "precision", "points/batch", "frames/batch", "ms / run", "frames/s",
-           "speedup", "vs direct", "peak memory", "AJ", "px vs fp32", "runs")
+           "speedup", "vs direct", "peak memory", "AJ", "px vs fp32", "held-out AJ", "real-clip cycle px",
+           "cycle kept", "runs")
 HEADER_TIPS = {"machine": "the device the run ran on (a report opened here says where it was recorded)",
                "precision": f"{PRECISION_UNUSED}: the tracker has no precision setting (LK)",
                "points/batch": "points tracked per batch (the run tracks all its points, batch by batch; "
@@ -68,7 +79,20 @@ HEADER_TIPS = {"machine": "the device the run ran on (a report opened here says 
                             "or telemetry), from a bench; blank when the report has no direct reference",
                "AJ": "average Jaccard against ground truth (TAP-Vid)",
                "px vs fp32": "mean distance in video pixels from the fp32 run's tracks",
+               "held-out AJ": "mean AJ over a held-out evaluation set with ground truth (trackscope eval --json) of "
+                              "this tracker at this precision",
+               "real-clip cycle px": "median forward-backward cycle error of the points kept, every clip's points "
+                                     "pooled, on real clips without ground truth (trackscope cycle --json), of this "
+                                     "tracker at this precision",
+               "cycle kept": "points the tracker kept both ways (seen at the clip's end forward and back at frame 0): "
+                             "the cycle px is of these only",
                "runs": "runs recorded in the report"}
+#: the accuracy-file columns, each shown once a file of its kind is added
+ACCURACY_COLUMNS = {"held-out AJ": EVAL_KIND, "real-clip cycle px": CYCLE_KIND, "cycle kept": CYCLE_KIND}
+#: columns an accuracy-only row has no value in (left out when deciding whether a column is constant)
+NO_RUN_COLUMNS = ("video", "points/batch", "frames/batch", "runs")
+ROW_KIND_ROLE = Qt.ItemDataRole.UserRole + 2  # ACCURACY_ONLY on the cells of an accuracy-only row
+ACCURACY_ONLY = "accuracy only"
 COL = {name: i for i, name in enumerate(COLUMNS)}
 SYMBOL_SIZE = 12
 PLOT_PADDING = 0.15  # share of the data range left above and below the points
@@ -93,6 +117,31 @@ _PX_SOURCES = {"report": "from the report's accuracy block", "tracks": "mean px 
                "the fp32 run's", "baseline": "the fp32 baseline itself"}
 
 
+def _held_out_cell(acc: HeldOutAccuracy | None) -> tuple[str, float | None, str]:
+    """(text, sort key, tip) of a held-out AJ cell."""
+    if acc is None:
+        return "—", None, "no held-out accuracy file of this tracker and precision"
+    s = acc.scores
+    return (fmt(s.aj, "{:.3f}"), s.aj, f"mean AJ over the {acc.source.text}: delta_avg {fmt(s.delta_avg, '{:.3f}')}, "
+            f"OA {fmt(s.oa, '{:.3f}')}, {s.num_points} points")
+
+
+def _cycle_cells(acc: CycleAccuracy | None) -> list[tuple[str, Any, str]]:
+    """(text, sort key, tip) of the cycle px and cycle kept cells."""
+    if acc is None:
+        none = "no cycle-error file of this tracker and precision"
+        return [("—", None, none), ("—", None, none)]
+    s = acc.summary
+    tip = f"{acc.source.text}: median {fmt_px(s.median_px)} px, p90 {fmt_px(s.p90_px)} px"
+    if s.within_1px is not None:
+        tip += f", {100 * s.within_1px:.0f} % within 1 px"
+    if acc.baseline and s.shared_points is not None:
+        tip += (f"; on the {s.shared_points} points {acc.baseline} kept too: {fmt_px(s.shared_median_px)} px, "
+                f"{acc.baseline} {fmt_px(s.baseline_shared_median_px)} px")
+    kept_tip = f"{s.kept} of {s.points} points kept both ways on the {acc.source.text}"
+    return [(fmt_px(s.median_px), s.median_px, tip), (acc.kept_text, s.kept_share, kept_tip)]
+
+
 def _direct_tip(row: TradeoffRow) -> str:
     """Where a row's 'vs direct' comes from, or why it is blank."""
     direct = row.report.direct
@@ -108,6 +157,7 @@ class TradeoffPanel(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.table_model = TradeoffTable()
+        self.accuracy = TradeoffAccuracy()  # the accuracy files added: held-out AJ and cycle error
         self._labels: list[tuple[pg.TextItem, float, float]] = []  # (label, log10 ms, y) of each plotted point
         self._leaders: list[pg.PlotCurveItem] = []  # lines to labels placed away from their dot
         self.common = rich_label("")
@@ -212,20 +262,42 @@ class TradeoffPanel(QWidget):
         self._refresh()
         return row
 
-    def add_bench(self, path: str | Path) -> int:
-        """Add every report of a bench (or report) file; returns how many. ReportError when unreadable."""
-        reports = load_reports(path)
-        if not reports:
+    def add_file(self, path: str | Path) -> int:
+        """Add a bench or report file (every report: a row each) or an accuracy file (eval/cycle --json: its
+        figures beside the rows of the same tracker and precision); returns how many reports or entries.
+        ReportError when it is none of them or unreadable."""
+        found = load_tradeoff_file(path)
+        if isinstance(found, AccuracyFile):
+            return self.add_accuracy(found, path)
+        if not found:
             raise ReportError(f"bench file {path} holds no reports")
-        count = self.table_model.add_many(reports)
+        count = self.table_model.add_many(found)
         for row in self.rows.values():
             self._know_video(video_name(row.video))
         self._refresh()
         return count
 
+    def add_bench(self, path: str | Path) -> int:
+        """``add_file`` (its name from before accuracy files)."""
+        return self.add_file(path)
+
+    def add_accuracy(self, file: AccuracyFile, path: str | Path) -> int:
+        """Add an accuracy file's entries (a later file's replace those of the same kind, tracker and precision);
+        returns how many. ReportError when it has none."""
+        if not file.entries:
+            raise ReportError(f"accuracy file {path} holds no entries")
+        count = self.accuracy.add(file, path)
+        self._refresh()
+        return count
+
+    def accuracy_rows(self) -> list[AccuracyOnlyRow]:
+        """The accuracy of the (tracker, precision) pairs no shown run row has: rows of their own, speed empty."""
+        return self.accuracy.unmatched((r.tracker, r.precision) for r in self.shown_rows())
+
     def clear(self) -> None:
-        """Remove every row."""
+        """Remove every row, and every accuracy file's figures."""
         self.table_model.clear()
+        self.accuracy.clear()
         self._refresh()
 
     # -- drawing -----------------------------------------------------------------------------
@@ -252,8 +324,9 @@ class TradeoffPanel(QWidget):
 
     def _fill_table(self) -> None:
         shown = self.shown_rows()
+        alone = self.accuracy_rows()
         self.table.setSortingEnabled(False)
-        self.table.setRowCount(len(shown))
+        self.table.setRowCount(len(shown) + len(alone))
         for r, row in enumerate(shown):
             base = row.baseline
             speed_tip = (f"over {base.label} ({fmt_ms(base.ms)})" if base is not None
@@ -275,30 +348,68 @@ class TradeoffPanel(QWidget):
                  row.peak_memory_bytes, _MEMORY_TIPS[row.memory_kind if row.peak_memory_bytes is not None else ""]),
                 (fmt(row.aj, "{:.3f}"), row.aj, "" if row.aj is not None else "no ground truth in this report"),
                 (fmt_px(row.px_vs_fp32), row.px_vs_fp32, px_tip),
+                *self._accuracy_cells(row.tracker, row.precision),
                 (str(row.num_runs), row.num_runs, ""),
             ]
-            for c, (text, key, tip) in enumerate(cells):
-                item = SortItem(text)
-                item.setData(SORT_ROLE, key)
-                item.setData(Qt.ItemDataRole.UserRole, r)
-                if tip:
-                    item.setToolTip(plain_tip(tip))
-                if c >= COL["points/batch"]:
-                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-                if c == COL["precision"]:
-                    item.setForeground(pg.mkColor(PRECISION_COLOURS.get(row.precision, OTHER_COLOUR)))
-                self.table.setItem(r, c, item)
+            self._set_row(r, row.precision, cells)
+        for r, acc in enumerate(alone, start=len(shown)):
+            self._set_row(r, acc.precision, self._accuracy_only_cells(acc), accuracy_only=True)
         self.table.setSortingEnabled(True)
         self._hide_constant_columns()
+        self._show_accuracy_columns()
+
+    def _accuracy_cells(self, tracker: str, precision: str) -> list[tuple[str, Any, str]]:
+        """The held-out AJ, cycle px and cycle kept cells of a tracker at a precision."""
+        held_out, cycle = self.accuracy.of(tracker, precision)
+        return [_held_out_cell(held_out), *_cycle_cells(cycle)]
+
+    def _accuracy_only_cells(self, acc: AccuracyOnlyRow) -> list[tuple[str, Any, str]]:
+        """An accuracy-only row's cells: its tracker, machine, precision and accuracy; no run, so no speed."""
+        why = (f"no run of {acc.tracker} at {acc.precision} in the table: accuracy only (add a bench or report "
+               "for speed)")
+        blank = ("—", None, why)
+        return [("", None, why), (acc.tracker, acc.tracker, why),
+                (acc.machine, acc.machine, "the machine the accuracy was measured on"),
+                (acc.precision, acc.precision, "" if acc.precision != PRECISION_UNUSED else
+                 "the tracker has no precision setting"),
+                blank, blank, blank, blank, blank, ("", None, why), blank, blank, blank,
+                *self._accuracy_cells(acc.tracker, acc.precision), ("", None, why)]
+
+    def _set_row(self, r: int, precision: str, cells: list[tuple[str, Any, str]], accuracy_only: bool = False) -> None:
+        """Put one row's (text, sort key, tip) cells in table row ``r``."""
+        assert len(cells) == len(COLUMNS)
+        for c, (text, key, tip) in enumerate(cells):
+            item = SortItem(text)
+            item.setData(SORT_ROLE, key)
+            item.setData(Qt.ItemDataRole.UserRole, r)
+            if accuracy_only:
+                item.setData(ROW_KIND_ROLE, ACCURACY_ONLY)
+            if tip:
+                item.setToolTip(plain_tip(tip))
+            if c >= COL["points/batch"]:
+                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            if c == COL["precision"]:
+                item.setForeground(pg.mkColor(PRECISION_COLOURS.get(precision, OTHER_COLOUR)))
+            self.table.setItem(r, c, item)
+
+    def _show_accuracy_columns(self) -> None:
+        """Each accuracy column shown once a file of its kind is added, its header saying which files."""
+        for name, kind in ACCURACY_COLUMNS.items():
+            sources = self.accuracy.sources(kind)
+            self.table.setColumnHidden(COL[name], not sources)
+            tip = HEADER_TIPS[name] + ("; from the " + "; the ".join(s.text for s in sources) if sources else "")
+            self.table.horizontalHeaderItem(COL[name]).setToolTip(plain_tip(tip))
 
     def _hide_constant_columns(self) -> None:
         """With two rows or more, a column that is the same in every row is said once above the table."""
         common = []
         for name in CONSTANT_COLUMNS:
             c = COL[name]
-            values = {self.table.item(r, c).text() for r in range(self.table.rowCount())}
-            constant = self.table.rowCount() > 1 and len(values) == 1
-            self.table.setColumnHidden(c, constant)
+            items = [self.table.item(r, c) for r in range(self.table.rowCount())]
+            values = {item.text() for item in items  # an accuracy-only row has no video, batch sizes or runs
+                      if not (name in NO_RUN_COLUMNS and item.data(ROW_KIND_ROLE) == ACCURACY_ONLY)}
+            constant = len(items) > 1 and len(values) == 1
+            self.table.setColumnHidden(c, constant or (bool(items) and not values))
             if constant:
                 common.append((name, values.pop()))
         parts = {name: value for name, value in common}
@@ -342,7 +453,9 @@ class TradeoffPanel(QWidget):
         self._draw_labels(axis, [r for rows in by_precision.values() for r in rows])
         notes = []
         if not self.shown_rows():
-            notes.append("no runs yet: run the tracker at several precisions, or open a bench file")
+            notes.append("accuracy only, no runs to plot: run the tracker at several precisions, or add a bench file"
+                         if len(self.accuracy) else
+                         "no runs yet: run the tracker at several precisions, or open a bench file")
         if skipped:
             notes.append(f"{skipped} run(s) not plotted: no timing or no accuracy "
                          f"({'ground truth' if axis == 'aj' else 'fp32 run with tracks'} needed)")
