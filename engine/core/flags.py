@@ -17,6 +17,7 @@ FALSE_WORDS = ("0", "false", "no", "off", "")
 NO_NVML = "TRACKSCOPE_NO_NVML"  # true: telemetry without NVML (reason shown per metric)
 NO_CUDA_GRAPHS = "TRACKSCOPE_NO_CUDA_GRAPHS"  # true: CorrTrack runs eagerly on CUDA
 CORRTRACK_POLISH = "TRACKSCOPE_CORRTRACK_POLISH"  # false: CorrTrack skips its NCC sub-pixel polish
+CORRTRACK_FINE_POLISH = "TRACKSCOPE_CORRTRACK_FINE_POLISH"  # false: the polish skips its video-resolution stage
 CORRTRACK_COMPILE = "TRACKSCOPE_CORRTRACK_COMPILE"  # true: CorrTrack torch.compiles its hot functions (CUDA)
 CORRTRACK_COMPILE_BACKEND = "TRACKSCOPE_CORRTRACK_COMPILE_BACKEND"  # aoti (packages) or dynamo (torch.compile)
 CORRTRACK_COMPILE_CPU = "TRACKSCOPE_CORRTRACK_COMPILE_CPU"  # true: CorrTrack's compile also runs on the CPU

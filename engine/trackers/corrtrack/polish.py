@@ -14,10 +14,13 @@ the network and the TAP-Vid metrics (256x256 raster) measure distances.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from engine.trackers.corrtrack.model import MODEL_SIZE, PIXEL_STD
 
 MIN_STD = 0.01  # std (normalised grey units, ~0.6 grey levels) below which a patch counts as flat
 
@@ -39,33 +42,43 @@ def grey_frames(normalised: torch.Tensor) -> torch.Tensor:
 
 def _gather(grey: torch.Tensor, frame: torch.Tensor, left: torch.Tensor, top: torch.Tensor, size: int
             ) -> torch.Tensor:
-    """Integer size x size patches of grey [T, S, S] with top-left pixels (left, top) [M] (long) in frames [M];
-    pixels beyond the border repeat the edge -> [M, size, size]."""
-    t, s, _ = grey.shape
+    """Integer size x size patches of grey [T, H, W] (any dtype) with top-left pixels (left, top) [M] (long) in
+    frames [M]; pixels beyond the border repeat the edge -> [M, size, size] float32."""
+    t, h, w = grey.shape
     m = frame.shape[0]
     offs = torch.arange(size, device=grey.device)
-    xs = (left.unsqueeze(1) + offs).clamp(0, s - 1)  # [M, size]
-    ys = (top.unsqueeze(1) + offs).clamp(0, s - 1)
-    idx = (frame.long().clamp(0, t - 1).view(m, 1, 1) * s + ys.unsqueeze(2)) * s + xs.unsqueeze(1)
-    return grey.reshape(-1)[idx.reshape(m, -1)].view(m, size, size)
+    xs = (left.unsqueeze(1) + offs).clamp(0, w - 1)  # [M, size]
+    ys = (top.unsqueeze(1) + offs).clamp(0, h - 1)
+    idx = (frame.long().clamp(0, t - 1).view(m, 1, 1) * h + ys.unsqueeze(2)) * w + xs.unsqueeze(1)
+    return grey.reshape(-1)[idx.reshape(m, -1)].view(m, size, size).float()
+
+
+def _corner(centre: torch.Tensor, grey: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(integer top-left pixel, fraction) of size x size patches centred on centre [..., 2] (x, y) px; centres
+    far outside the frame are clamped so that they index safely."""
+    h, w = grey.shape[-2:]
+    c = centre.float().clamp(-2.0 * max(h, w), 3.0 * max(h, w)) - (size - 1) / 2.0
+    base = torch.floor(c)
+    return base.long(), c - base
+
+
+def _blend(patch: torch.Tensor, frac: torch.Tensor) -> torch.Tensor:
+    """Integer (size+1)^2 patches [..., size+1, size+1] -> bilinear size^2 at fraction frac [..., 2] (x, y): all
+    samples of a patch share its centre's fraction, so the blend is separable."""
+    fx = frac[..., 0, None, None]
+    fy = frac[..., 1, None, None]
+    rows = patch[..., :, :-1] + (patch[..., :, 1:] - patch[..., :, :-1]) * fx  # [..., size+1, size]
+    return rows[..., :-1, :] + (rows[..., 1:, :] - rows[..., :-1, :]) * fy
 
 
 def sample_patches(grey: torch.Tensor, frame: torch.Tensor, centre: torch.Tensor, size: int) -> torch.Tensor:
-    """Bilinear size x size patches of grey [T, S, S] centred on centre [M, 2] (x, y) px in frames [M].
+    """Bilinear size x size patches of grey [T, H, W] centred on centre [M, 2] (x, y) px in frames [M].
 
     Pixels beyond the border repeat the edge. All samples of a patch share the centre's fractional offset,
     so one (size+1)^2 integer gather and a separable blend do it. -> [M, size, size] float32.
     """
-    m = centre.shape[0]
-    s = grey.shape[-1]
-    corner = centre.float().clamp(-2.0 * s, 3.0 * s) - (size - 1) / 2.0  # top-left sample; far ones index safely
-    base = torch.floor(corner)
-    frac = corner - base
-    patch = _gather(grey, frame, base[:, 0].long(), base[:, 1].long(), size + 1)
-    fx = frac[:, 0].view(m, 1, 1)
-    fy = frac[:, 1].view(m, 1, 1)
-    rows = patch[:, :, :-1] + (patch[:, :, 1:] - patch[:, :, :-1]) * fx  # [M, size+1, size]
-    return rows[:, :-1] + (rows[:, 1:] - rows[:, :-1]) * fy
+    base, frac = _corner(centre, grey, size)
+    return _blend(_gather(grey, frame, base[:, 0], base[:, 1], size + 1), frac)
 
 
 _TF32_SWITCH = threading.Lock()  # the cuDNN TF32 flag is process-wide: one polish flips it at a time
@@ -111,18 +124,32 @@ def _window_sums(region: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def region_patches(grey: torch.Tensor, centre: torch.Tensor, size: int) -> torch.Tensor:
-    """Bilinear size x size patches of grey [T, S, S] centred on centre [T, N, 2] (x, y) px, one per frame
+    """Bilinear size x size patches of float grey [T, H, W] centred on centre [T, N, 2] (x, y) px, one per frame
     and point -> [T, N, size, size] float32; pixels beyond the border repeat the edge (one grid_sample)."""
-    t, s, _ = grey.shape
+    t, h, w = grey.shape
     n = centre.shape[1]
-    scale = 2.0 / (s - 1)  # px -> grid_sample's [-1, 1] (align_corners=True: -1 and 1 are pixel centres)
-    offs = (torch.arange(size, device=grey.device, dtype=torch.float32) - (size - 1) / 2.0) * scale
-    c = centre.float().clamp(-2.0 * s, 3.0 * s) * scale - 1.0
-    gx = (c[..., 0, None, None] + offs.view(1, 1, 1, size)).expand(t, n, size, size)
-    gy = (c[..., 1, None, None] + offs.view(1, 1, size, 1)).expand(t, n, size, size)
+    sx, sy = 2.0 / (w - 1), 2.0 / (h - 1)  # px -> grid_sample's [-1, 1] (align_corners=True: pixel centres)
+    offs = torch.arange(size, device=grey.device, dtype=torch.float32) - (size - 1) / 2.0
+    c = centre.float().clamp(-2.0 * max(h, w), 3.0 * max(h, w))
+    gx = (c[..., 0, None, None] * sx - 1.0 + offs.view(1, 1, 1, size) * sx).expand(t, n, size, size)
+    gy = (c[..., 1, None, None] * sy - 1.0 + offs.view(1, 1, size, 1) * sy).expand(t, n, size, size)
     grid = torch.stack([gx, gy], dim=-1).view(t, n * size, size, 2)
     out = F.grid_sample(grey.unsqueeze(1), grid, mode="bilinear", padding_mode="border", align_corners=True)
     return out.view(t, n, size, size)
+
+
+def gathered_regions(grey: torch.Tensor, centre: torch.Tensor, size: int) -> torch.Tensor:
+    """region_patches for grey of any dtype (the uint8 frames of the fine stage): each frame's (size+1)^2
+    integer patches by one broadcast index (no index tensor of the output's size), then the separable blend
+    -> [T, N, size, size] float32."""
+    t, h, w = grey.shape
+    base, frac = _corner(centre, grey, size)  # [T, N, 2]
+    offs = torch.arange(size + 1, device=grey.device)
+    xs = (base[..., 0, None] + offs).clamp(0, w - 1)  # [T, N, size+1]
+    ys = (base[..., 1, None] + offs).clamp(0, h - 1)
+    frames = torch.arange(t, device=grey.device).view(t, 1, 1, 1)
+    patch = grey[frames, ys.unsqueeze(3), xs.unsqueeze(2)].float()  # [T, N, size+1, size+1]
+    return _blend(patch, frac)
 
 
 def ncc_polish(grey: torch.Tensor, queries: torch.Tensor, pos: torch.Tensor, visible: torch.Tensor,
@@ -134,11 +161,12 @@ def ncc_polish(grey: torch.Tensor, queries: torch.Tensor, pos: torch.Tensor, vis
     polished). Autocast is off inside: the NCC needs float32.
     """
     with torch.autocast(grey.device.type, enabled=False):
-        return _ncc_polish(grey.float(), queries.float(), pos.float(), visible, cfg)
+        return _ncc_polish(grey.float(), queries.float(), pos.float(), visible, cfg, region_patches, MIN_STD)
 
 
 def _ncc_polish(grey: torch.Tensor, queries: torch.Tensor, pos: torch.Tensor, visible: torch.Tensor,
-                cfg: PolishConfig) -> tuple[torch.Tensor, torch.Tensor]:
+                cfg: PolishConfig, regions: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor],
+                flat_std: float) -> tuple[torch.Tensor, torch.Tensor]:
     b, n, t, _ = pos.shape
     k = 2 * cfg.half + 1
     r = cfg.radius
@@ -150,17 +178,17 @@ def _ncc_polish(grey: torch.Tensor, queries: torch.Tensor, pos: torch.Tensor, vi
     templ = sample_patches(grey, q[:, 0].round(), q[:, 1:], k).reshape(bn, k * k)
     templ = templ - templ.mean(dim=1, keepdim=True)
     tnorm = templ.norm(dim=1, keepdim=True)
-    textured = (tnorm > MIN_STD * k).view(b, n, 1)  # a flat template matches anything
+    textured = (tnorm > flat_std * k).view(b, n, 1)  # a flat template matches anything
     templ = templ / tnorm.clamp_min(1e-6)
     # search regions around every estimate, frames first: [T, BN, size, size]
-    region = region_patches(grey, pos.reshape(bn, t, 2).transpose(0, 1), size)
+    region = regions(grey, pos.reshape(bn, t, 2).transpose(0, 1), size)
     region = region - region.mean(dim=(2, 3), keepdim=True)  # better conditioned window variances
     # cross-correlation with each track's template: a depthwise convolution over the frames (the batch),
     # one group per track. (A batched FFT took the same time on the H200 and was slower on the CPU.)
     corr = _conv_fp32(region, templ.view(bn, 1, k, k), bn).reshape(t, bn, w * w)
     sums = _window_sums(region, k)  # [T, BN, 2, w, w]
     var = (sums[:, :, 1] - sums[:, :, 0].square() / (k * k)).clamp_min(0).reshape(t, bn, w * w)  # k^2 x variance
-    ncc = corr / var.clamp_min((MIN_STD * k) ** 2).sqrt()  # near-flat windows score low, never > 1
+    ncc = corr / var.clamp_min((flat_std * k) ** 2).sqrt()  # near-flat windows score low, never > 1
     peak, arg = ncc.max(dim=2)  # [T, BN]
     iy = arg // w
     ix = arg % w
@@ -180,3 +208,62 @@ def _ncc_polish(grey: torch.Tensor, queries: torch.Tensor, pos: torch.Tensor, vi
     peak = peak.transpose(0, 1).reshape(b, n, t)
     new = torch.where(ok.unsqueeze(-1), pos + step, pos)
     return new, torch.where(ok, peak, torch.zeros_like(peak))
+
+
+# --- the fine stage: the same NCC at the video's own resolution ------------------------------------------------
+
+#: MIN_STD in grey levels (the fine stage's frames are uint8 channel means; model.PIXEL_STD scales the others)
+FINE_MIN_STD = MIN_STD * 255.0 * PIXEL_STD
+
+
+@dataclass(frozen=True)
+class FineConfig:
+    """The fine stage: after the model-resolution polish, the same NCC on grey frames at the video's resolution
+    (capped at ``max_side`` px on the longer side), for videos whose longer side is at least ``min_side`` px
+    there. At 256x256 a model pixel of a 1280x720 video is 5 x 2.8 of the video's; this stage measures in the
+    video's own pixels. Templates are the query frame's, at the query point given in video pixels; the search
+    reaches ``radius_model_px`` model pixels (in the fine frames' pixels, within [min_radius, max_radius])."""
+
+    half: int = 8  # template (2*half+1)^2 px of the fine frames
+    radius_model_px: float = 2.0
+    min_radius: int = 3
+    max_radius: int = 10
+    min_ncc: float = 0.5
+    max_side: int = 1280
+    min_side: int = 384
+
+    def size_for(self, width: int, height: int) -> tuple[int, int] | None:
+        """(width, height) of the fine stage's frames for a video, or None where the stage does not run."""
+        longest = max(width, height)
+        scale = min(1.0, self.max_side / longest)
+        if longest * scale < self.min_side:
+            return None
+        return max(1, round(width * scale)), max(1, round(height * scale))
+
+    def ncc_for(self, width: int, height: int) -> PolishConfig:
+        """The NCC settings on fine frames of width x height: the radius follows their pixels per model pixel."""
+        per_model_px = max(width, height) / MODEL_SIZE
+        radius = min(self.max_radius, max(self.min_radius, round(self.radius_model_px * per_model_px)))
+        return PolishConfig(half=self.half, radius=radius, min_ncc=self.min_ncc)
+
+    def to_dict(self) -> dict:
+        return {"template_px": 2 * self.half + 1, "radius_model_px": self.radius_model_px,
+                "radius_px": [self.min_radius, self.max_radius], "min_ncc": self.min_ncc,
+                "max_side_px": self.max_side, "min_side_px": self.min_side}
+
+
+def fine_grey(frames: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """uint8 frames [F, H, W, 3] -> uint8 grey [F, h, w] (channel mean, rounded) at size (w, h): area-averaged
+    where smaller. uint8 keeps a long video's frames at a third of the upload's bytes."""
+    grey = frames.float().mean(dim=-1)  # [F, H, W]
+    width, height = size
+    if (height, width) != tuple(grey.shape[1:]):
+        grey = F.interpolate(grey.unsqueeze(1), size=(height, width), mode="area").squeeze(1)
+    return grey.round_().clamp_(0, 255).to(torch.uint8)
+
+
+def fine_polish(grey: torch.Tensor, queries: torch.Tensor, pos: torch.Tensor, visible: torch.Tensor,
+                cfg: PolishConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """ncc_polish on uint8 grey [T, H, W] (``fine_grey``), queries [B, N, 3] and pos [B, N, T, 2] in its pixels."""
+    with torch.autocast(grey.device.type, enabled=False):
+        return _ncc_polish(grey, queries.float(), pos.float(), visible, cfg, gathered_regions, FINE_MIN_STD)

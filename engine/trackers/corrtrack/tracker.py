@@ -77,13 +77,14 @@ from engine.trackers.compiled_switch import (
 from engine.trackers.corrtrack import fused
 from engine.trackers.corrtrack.graphs import GraphCache, GraphCaptureError
 from engine.trackers.corrtrack.model import MODEL_SIZE, CorrTrackNet, count_parameters, visible_from_logits
-from engine.trackers.corrtrack.polish import PolishConfig, grey_frames, ncc_polish
+from engine.trackers.corrtrack.polish import FineConfig, PolishConfig, fine_grey, fine_polish, grey_frames, ncc_polish
 from engine.trackers.corrtrack.support import SUPPORT_FRAME, SUPPORT_GRID, support_count, with_support
 from engine.trackers.corrtrack.weights import DEFAULT_WEIGHTS, load_model
 from engine.trackers.quant import QuantReport, quantize_module, recipe_for
 
 NO_GRAPHS_ENV = flags.NO_CUDA_GRAPHS
 POLISH_ENV = flags.CORRTRACK_POLISH  # false turns the NCC polish off
+FINE_POLISH_ENV = flags.CORRTRACK_FINE_POLISH  # false turns the polish's fine stage (video resolution) off
 COMPILE_ENV = flags.CORRTRACK_COMPILE  # true/on: torch.compile on (CUDA); "background": compile in a thread
 COMPILE_BACKEND_ENV = flags.CORRTRACK_COMPILE_BACKEND  # dynamo (default), aoti or precompile (opt-in)
 COMPILE_CPU_ENV = flags.CORRTRACK_COMPILE_CPU  # true: compile on the CPU too (tests; C++ from gcc)
@@ -146,10 +147,12 @@ class CorrTrackTracker(Tracker):
                  cuda_graphs: bool | None = None, polish: bool | None = None,
                  polish_config: PolishConfig | None = None, compile: bool | str | None = None,
                  compile_cache_root: Path | None = None, compile_backend: str | None = None,
-                 support_grid: int | None = None):
+                 support_grid: int | None = None, fine_polish: FineConfig | bool | None = None):
         """Load checked weights (default: the shipped ones), or use ``model`` as given (tests).
 
         polish: NCC sub-pixel polish after refinement (default on, unless TRACKSCOPE_CORRTRACK_POLISH=0).
+        fine_polish: the polish's second stage at the video's own resolution, for videos larger than the model's
+        (polish.FineConfig; True: its defaults; default on, unless TRACKSCOPE_CORRTRACK_FINE_POLISH=0).
         compile: torch.compile the hot functions on CUDA: "off" (False), "on" (True) or "background"
         (default off, unless TRACKSCOPE_CORRTRACK_COMPILE says otherwise). compile_cache_root: where the
         keyed compile-cache folders go (default ~/.cache/trackscope/compile). compile_backend: "dynamo"
@@ -174,6 +177,9 @@ class CorrTrackTracker(Tracker):
             polish = env_flag(POLISH_ENV, default=True)
         self.polish = polish
         self.polish_config = polish_config or PolishConfig()
+        if fine_polish is None:
+            fine_polish = env_flag(FINE_POLISH_ENV, default=True)
+        self.fine_config: FineConfig | None = (FineConfig() if fine_polish is True else fine_polish or None)
         if support_grid is None:
             trained = self.manifest.get("training", {}).get("support_grid")
             support_grid = int(trained) if isinstance(trained, int) and trained >= 0 else SUPPORT_GRID
@@ -225,6 +231,7 @@ class CorrTrackTracker(Tracker):
         }
         if self.polish:
             info["polish_config"] = self.polish_config.to_dict()
+            info["fine_polish"] = self.fine_config.to_dict() if self.fine_config else None
         if self.model.cfg.track_attention_layers > 0:
             grid = self.support_grid
             info["support_points"] = {"count": support_count(grid), "grid": f"{grid}x{grid}", "frame": SUPPORT_FRAME,
@@ -709,7 +716,8 @@ class CorrTrackTracker(Tracker):
 
     def prepare(self, frames: np.ndarray, ctx: RunContext) -> PreparedVideo:
         """Upload the frames, run the backbone in chunks -> features [1, T, 64*64, C] and, with the polish
-        on, grey frames [T, 256, 256] (float32) on the device."""
+        on, grey frames [T, 256, 256] (float32) on the device, and for a video larger than the model's the fine
+        stage's grey frames at its resolution (uint8, FineConfig.size_for)."""
         frames = np.asarray(frames)
         if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
             raise ValueError(f"frames must be uint8 [T, H, W, 3], got {frames.dtype} {frames.shape}")
@@ -717,6 +725,7 @@ class CorrTrackTracker(Tracker):
         model = self._model_for(ctx)
         self._note_tf32()
         keep_grey = self.polish  # grey frames only feed the polish
+        fine_size = self.fine_config.size_for(width, height) if self.polish and self.fine_config else None
         if not getattr(self._local, "job", False):
             try:
                 self._frames_ref = weakref.ref(frames)
@@ -737,13 +746,19 @@ class CorrTrackTracker(Tracker):
             feats = self._fn("features", model.features, ctx.device)(x)  # looked up per call: see _with_fallback
             return (feats, grey_frames(x)) if keep_grey else (feats,)
 
-        def body() -> tuple[torch.Tensor, torch.Tensor | None]:
+        def body() -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
             feats: torch.Tensor | None = None
             grey: torch.Tensor | None = None
+            fine: torch.Tensor | None = None
             chunk = max(1, int(ctx.frames_per_batch))
             with ctx.timer.stage("backbone"):
                 for start in range(0, num_frames, chunk):
                     part = video[start:start + chunk]
+                    if fine_size is not None:  # eager, outside the graph: its shape is the video's
+                        if fine is None:
+                            fine = torch.empty((num_frames, fine_size[1], fine_size[0]), device=ctx.device,
+                                               dtype=torch.uint8)
+                        fine[start:start + part.shape[0]] = fine_grey(part, fine_size)
                     run = self._runner(ctx, self._backbone_graphs, ("backbone", tuple(part.shape), keep_grey))
                     out, *out_grey = run("backbone", backbone, part)
                     if feats is None:
@@ -755,14 +770,27 @@ class CorrTrackTracker(Tracker):
                     if grey is not None:
                         grey[start:start + out.shape[0]] = out_grey[0]
             assert feats is not None
-            return feats, grey
+            return feats, grey, fine
 
-        feats, grey = self._with_fallback(body)
+        feats, grey, fine = self._with_fallback(body)
         self._note_tf32()
         data = {"features": feats.unsqueeze(0)}
         if grey is not None:
             data["grey"] = grey
+        if fine is not None:
+            data["grey_fine"] = fine
         return PreparedVideo(num_frames, height, width, data=data)
+
+    def _fine_stage(self, grey: torch.Tensor, q: torch.Tensor, pos: torch.Tensor, visible: torch.Tensor,
+                    width: int, height: int) -> torch.Tensor:
+        """The polish's fine stage: pos [1, N, T, 2] in model px -> polished on grey [T, h, w] (the video at the
+        fine stage's resolution), back in model px. q [N, 3]: the queries in video px."""
+        assert self.fine_config is not None
+        fh, fw = grey.shape[1:]
+        q_fine = torch.cat([q[:, :1], _resample_xy(q[:, 1:], fw / width, fh / height)], dim=1).unsqueeze(0)
+        polished, _ = fine_polish(grey, q_fine, _resample_xy(pos.float(), fw / MODEL_SIZE, fh / MODEL_SIZE),
+                                  visible, self.fine_config.ncc_for(fw, fh))
+        return _resample_xy(polished, MODEL_SIZE / fw, MODEL_SIZE / fh)
 
     def track(self, prepared: PreparedVideo, queries: np.ndarray, ctx: RunContext) -> TrackResult:
         """Track queries [N, 3] (t, x, y) in original pixels through the prepared video."""
@@ -780,6 +808,7 @@ class CorrTrackTracker(Tracker):
             self.last_track_compiled = self._use_compiled(keys, job)
         feats = prepared.data["features"]  # [1, T, HW, C]
         grey = prepared.data.get("grey")  # [T, 256, 256] float32, when prepared with the polish on
+        fine = prepared.data.get("grey_fine") if self.fine_config else None  # [T, h, w] uint8, large videos
         w, h = prepared.width, prepared.height
         # non_blocking: a blocking host -> device copy would wait for the backbone still queued by prepare
         q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(ctx.device, non_blocking=True)
@@ -822,6 +851,8 @@ class CorrTrackTracker(Tracker):
                 pos, vis, acc = run("init_head", lambda *lv: model.init_head(list(lv)), *levels)
             with timer.stage("refine"):
                 pos, vis, acc = run("refine", refine, q_s, qfeat, pos, vis, acc, *levels, *g_s)
+                if fine is not None and polish is not None:  # eager after the graph: shapes are the video's
+                    pos = self._fine_stage(fine, q, pos, visible_from_logits(vis, acc), w, h)
             return pos, vis, acc
 
         pos, vis, acc = self._with_fallback(body)
