@@ -97,3 +97,24 @@ def test_eval_json_refuses_a_bad_output_path_before_the_work(sample_set, tmp_pat
     assert main(["eval", str(sample_set), "--tracker", "lk", "--json", str(tmp_path / "out.txt")]) == 2
     err = capsys.readouterr().err
     assert "--json" in err and "done" not in err
+
+
+def test_a_cpu_only_baseline_runs_on_the_cpu_beside_a_gpu_run(monkeypatch) -> None:
+    """LK (OpenCV, CPU only) beside ``--device cuda``: the baseline runs on the CPU, the tracker where asked (a
+    GPU call found ``cycle --device cuda`` failing on LK after every CorrTrack run was done)."""
+    import torch
+
+    from engine.core.config import RunConfig
+    from engine.workflows import precision_runs
+
+    class _Tracker:
+        def __init__(self, types: tuple[str, ...]) -> None:
+            self.device_types = types
+
+    monkeypatch.setattr(precision_runs, "resolve_device", lambda name: torch.device("cuda", 0))
+    config = RunConfig(device="cuda")
+    assert precision_runs.baseline_config(config, _Tracker(("cpu",))).device == "cpu"
+    assert precision_runs.baseline_config(config, _Tracker(("cpu", "cuda"))).device == "cuda"
+    assert precision_runs.baseline_config(config, _Tracker(("cuda",))).device == "cuda"  # its session says why
+    monkeypatch.setattr(precision_runs, "resolve_device", lambda name: torch.device("cpu"))
+    assert precision_runs.baseline_config(RunConfig(device="cpu"), _Tracker(("cpu",))).device == "cpu"

@@ -22,6 +22,7 @@ from engine.trackers.base import Tracker
 from engine.workflows.precision_runs import (
     PlannedRun,
     TrackerFacts,
+    baseline_config,
     check_precisions,
     machine_of,
     plan_runs,
@@ -118,7 +119,10 @@ def cycle_precisions(paths: list[Path], config: RunConfig, precisions: list[str]
         with open_video(path) as reader:
             frames = reader.read(0, min(max_frames, reader.info.num_frames) or None)
         for run in out.runs:
-            result = cycle_error(frames, run.config(config), trackers[run.tracker], grid, path.name)
+            run_config = run.config(config)
+            if run.tracker == out.baseline:
+                run_config = baseline_config(run_config, trackers[run.tracker])
+            result = cycle_error(frames, run_config, trackers[run.tracker], grid, path.name)
             result.precision = run.precision
             out.table.setdefault(path.name, {})[run.label] = result
             if progress is not None:

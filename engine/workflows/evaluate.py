@@ -36,6 +36,7 @@ from engine.trackers.base import Tracker
 from engine.workflows.precision_runs import (
     PlannedRun,
     TrackerFacts,
+    baseline_config,
     check_precisions,
     machine_of,
     plan_runs,
@@ -215,7 +216,10 @@ def evaluate_precisions(set_dir: str | Path, config: RunConfig, precisions: list
     out = EvalRuns([], facts)
     for run in plan_runs(facts.values(), precisions):
         t0 = time.perf_counter()
-        result = evaluate_set(set_dir, run.tracker, run.config(config), query_mode=query_mode,
+        run_config = run.config(config)
+        if baseline is not None and run.tracker == baseline and run.tracker != config.tracker:
+            run_config = baseline_config(run_config, trackers[run.tracker])
+        result = evaluate_set(set_dir, run.tracker, run_config, query_mode=query_mode,
                               tracker=trackers[run.tracker])
         out.runs.append((run, result))
         if log is not None:

@@ -86,6 +86,17 @@ def check_precisions(trackers: dict[str, Tracker], facts: dict[str, TrackerFacts
                                 ) from None
 
 
+def baseline_config(config: RunConfig, tracker: Tracker) -> RunConfig:
+    """A baseline's run config: on the CPU where it cannot run on the command's device (LK, OpenCV on the CPU,
+    beside a CUDA run), so that ``--device cuda`` grades the tracker on the GPU with its baseline beside it."""
+    try:
+        device = resolve_device(config.device)
+    except (UserError, RuntimeError):
+        return config
+    types = tuple(getattr(tracker, "device_types", ()))
+    return config.with_changes(device="cpu") if device.type not in types and "cpu" in types else config
+
+
 def machine_of(config: RunConfig) -> tuple[str, str]:
     """(the machine's name as a user calls it, the torch device) ``config.device`` resolves to here."""
     try:
