@@ -9,6 +9,9 @@ on the border of the search window (the true match may be further away) or the t
 Pure batched tensor ops with static shapes (no host syncs), so it runs inside a captured CUDA graph;
 always float32 (autocast off inside). Works at the model's resolution (grey frames MODEL_SIZE^2), where
 the network and the TAP-Vid metrics (256x256 raster) measure distances.
+
+The fine stage (``FineConfig``, ``fine_polish``) runs the same NCC once more on a larger video's own pixels (uint8
+grey frames, capped at 1280 px): at 256x256 a model pixel of real footage spans several of the video's.
 """
 
 from __future__ import annotations

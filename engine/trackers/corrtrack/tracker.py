@@ -1,7 +1,8 @@
 """CorrTrackTracker: the built-in tracker, CorrTrackNet behind the Tracker protocol with timed stages.
 
 prepare: upload (host -> device copy of the uint8 frames), backbone (resize + CNN, in chunks of
-``frames_per_batch``; with the polish on it also keeps grey frames at 256x256). track: query_features,
+``frames_per_batch``; with the polish on it also keeps grey frames at 256x256 and, for a video larger than that,
+uint8 grey frames at the video's resolution for the polish's fine stage). track: query_features,
 cost_volume, init_head, refine (all iterations, then the NCC polish of polish.py unless ``polish=False``
 or the environment sets TRACKSCOPE_CORRTRACK_POLISH=0), download.
 Nothing inside a batch waits for the device: the only sync is the final copy back to the host.
