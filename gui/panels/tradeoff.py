@@ -66,8 +66,8 @@ PRECISION_COLOURS = {"fp32": (70, 130, 230), "tf32": (40, 170, 90), "fp16": (240
                      "bf16": (170, 70, 200), "int8": (220, 50, 50), "fp8": (120, 120, 120)}
 OTHER_COLOUR = (128, 128, 128)
 COLUMNS = ("video", "tracker", "machine", "precision", "points/batch", "frames/batch", "ms / run", "frames/s",
-           "speedup", "vs direct", "peak memory", "AJ", "px vs fp32", "held-out AJ", "real-clip cycle px",
-           "cycle kept", "runs")
+           "speedup", "vs direct", "peak memory", "AJ", "held-out AJ", "real-clip cycle px", "cycle kept",
+           "px vs fp32", "runs")  # the loaded accuracy files' columns beside AJ: in view without scrolling
 HEADER_TIPS = {"machine": "the device the run ran on (a report opened here says where it was recorded)",
                "precision": f"{PRECISION_UNUSED}: the tracker has no precision setting (LK)",
                "points/batch": "points tracked per batch (the run tracks all its points, batch by batch; "
@@ -347,8 +347,8 @@ class TradeoffPanel(QWidget):
                 (fmt_bytes(row.peak_memory_bytes) + (" RSS" if row.memory_kind == MEMORY_PROCESS_RSS else ""),
                  row.peak_memory_bytes, _MEMORY_TIPS[row.memory_kind if row.peak_memory_bytes is not None else ""]),
                 (fmt(row.aj, "{:.3f}"), row.aj, "" if row.aj is not None else "no ground truth in this report"),
-                (fmt_px(row.px_vs_fp32), row.px_vs_fp32, px_tip),
                 *self._accuracy_cells(row.tracker, row.precision),
+                (fmt_px(row.px_vs_fp32), row.px_vs_fp32, px_tip),
                 (str(row.num_runs), row.num_runs, ""),
             ]
             self._set_row(r, row.precision, cells)
@@ -372,8 +372,8 @@ class TradeoffPanel(QWidget):
                 (acc.machine, acc.machine, "the machine the accuracy was measured on"),
                 (acc.precision, acc.precision, "" if acc.precision != PRECISION_UNUSED else
                  "the tracker has no precision setting"),
-                blank, blank, blank, blank, blank, ("", None, why), blank, blank, blank,
-                *self._accuracy_cells(acc.tracker, acc.precision), ("", None, why)]
+                blank, blank, blank, blank, blank, ("", None, why), blank, blank,
+                *self._accuracy_cells(acc.tracker, acc.precision), blank, ("", None, why)]
 
     def _set_row(self, r: int, precision: str, cells: list[tuple[str, Any, str]], accuracy_only: bool = False) -> None:
         """Put one row's (text, sort key, tip) cells in table row ``r``."""
