@@ -21,6 +21,7 @@ import pytest
 
 from engine.api import RunConfig
 from engine.cli.entry import main
+from engine.core.flags import CORRTRACK_FINE_POLISH as FINE_POLISH_ENV
 from engine.io.frames import BYTES_PER_PIXEL, open_frames
 from engine.io.trackio import grid_queries, load_tracks, write_queries_csv
 from engine.io.video import write_video
@@ -113,7 +114,7 @@ def test_app_and_cli_tracks_have_no_systematic_offset(clip, tmp_path):
 
 
 @pytest.mark.slow
-def test_corrtrack_tracks_agree_at_either_size(tmp_path):
+def test_corrtrack_tracks_agree_at_either_size(tmp_path, monkeypatch):
     """CorrTrack resizes every frame to its model's 256 x 256, so the two runs differ only in that resize's input.
 
     This texture is far from CorrTrack's training data (about 2 px from the truth at either size, 1 px apart per
@@ -121,7 +122,11 @@ def test_corrtrack_tracks_agree_at_either_size(tmp_path):
     (-0.09, -0.02), (0.01, 0.07), (-0.11, 0.04) px with a standard error of 0.04-0.05 px in x (session 18; with 64
     points the first read (0.19, 0.06)). Their signs change from clip to clip: no offset is systematic. The rule is on
     the mean over CORRTRACK_CLIPS clips of CORRTRACK_GRID^2 points (standard error about 0.02 px), where the
-    multiplying geometry's offset, (-0.35, -0.32) px on one clip, would stand out."""
+    multiplying geometry's offset, (-0.35, -0.32) px on one clip, would stand out.
+
+    The polish's fine stage (session 23) runs at the CLI's 1080p (capped at 1280 px) and not at the app's 364 x 204
+    (below its 384 px): it is off for this rule, which is about the geometry, and checked on its own below."""
+    monkeypatch.setenv(FINE_POLISH_ENV, "0")
     diffs = []
     for seed in CORRTRACK_SEEDS:
         folder = tmp_path / f"clip{seed}"
@@ -163,3 +168,16 @@ def test_app_and_cli_tracks_are_identical_when_the_app_keeps_full_size(tmp_path,
     cli = load_tracks(out)
     np.testing.assert_array_equal(finished.tracks, cli["tracks"])
     np.testing.assert_array_equal(finished.visible, cli["visible"])
+
+
+def test_the_fine_polish_brings_the_full_size_cli_run_closer_to_the_truth(tmp_path, monkeypatch):
+    """The CLI's 1080p run with the polish's fine stage (video resolution) against the same run without it, on the
+    pan-and-zoom clip with known motion: measured 0.53 / 0.41 px mean error (x / y) against 1.78 / 1.03 (seed 7)."""
+    clip = make_clip(tmp_path, CORRTRACK_SEEDS[0], CORRTRACK_GRID)
+    truth = clip[3][:, 1:]
+    errors = {}
+    for fine in ("1", "0"):
+        monkeypatch.setenv(FINE_POLISH_ENV, fine)
+        errors[fine] = np.abs(_cli_tracks(clip, tmp_path, "corrtrack")[:, 1:] - truth).reshape(-1, 2).mean(axis=0)
+    assert np.all(errors["1"] < 0.8), errors
+    assert np.all(errors["1"] < 0.6 * errors["0"]), errors
