@@ -19,6 +19,7 @@ from engine.trackers.corrtrack.polish import (
     FINE_MIN_STD,
     MIN_STD,
     FineConfig,
+    fine_chunk_frames,
     fine_grey,
     fine_polish,
     gathered_regions,
@@ -115,6 +116,21 @@ def test_fine_polish_recovers_sub_pixel_positions_in_the_videos_pixels() -> None
     assert after.median() < 0.2, after.median()  # from about 2 px (uint8 frames: rounding included)
     assert after.max() < 0.5 * before.mean()
     assert (peak[..., 1:] > 0.9).all()
+
+
+def test_the_fine_search_in_chunks_of_frames_gives_the_one_pass_numbers() -> None:
+    grey, queries, truth, estimate, cfg = _fine_case(num_frames=7)
+    visible = torch.ones(truth.shape[:3], dtype=torch.bool)
+    visible[:, 3, 2:5] = False
+    size = 2 * cfg.half + 1 + 2 * cfg.radius
+    per_frame = queries.shape[1] * size * size
+    assert fine_chunk_frames(queries.shape[1], cfg, elements=3 * per_frame) == 3
+    assert fine_chunk_frames(queries.shape[1], cfg, elements=1) == 1  # never zero frames
+    whole, whole_peak = fine_polish(grey, queries, estimate, visible, cfg, chunk_elements=1 << 40)
+    for frames in (1, 3, 6):  # chunks of 1, 3 (7 = 3 + 3 + 1) and 6 frames
+        got, peak = fine_polish(grey, queries, estimate, visible, cfg, chunk_elements=frames * per_frame)
+        assert torch.equal(got, whole) and torch.equal(peak, whole_peak)
+    assert not torch.equal(whole, estimate)
 
 
 def test_fine_polish_leaves_occluded_far_and_flat_points_alone() -> None:

@@ -55,14 +55,51 @@ def test_batch_term_matches_the_live_tensor_bytes_of_a_cpu_run(corrtrack, precis
     assert 0.9 <= est.batch_bytes / track.peak <= 1.4, (est.batch_bytes, track.peak)
 
 
+@pytest.mark.parametrize("size", [(480, 400), (960, 540)])
+def test_the_fine_stage_terms_match_the_live_tensor_bytes_of_a_cpu_run(corrtrack, size):
+    """A video past the fine stage's minimum: its uint8 frames are kept and its search adds to the batch term."""
+    width, height = size
+    rng = np.random.default_rng(1)
+    frames = rng.integers(0, 255, (T, height, width, 3), dtype=np.uint8)
+    queries = np.concatenate([np.zeros((N, 1)), rng.uniform(0, height - 1, (N, 2))], 1).astype(np.float32)
+    cpu = torch.device("cpu")
+    ctx = RunContext(cpu, "fp32", F, StageTimer(cpu))
+    est = estimate_for_tracker(corrtrack, T, width, height, N, N, F, "fp32")
+    small = estimate_for_tracker(corrtrack, T, 256, 256, N, N, F, "fp32")
+    fine_kept, fine_work, bound = device_memory.fine_stage_bytes(T, width, height, N, corrtrack.fine_config)
+    assert fine_kept == T * width * height and 0 < fine_work <= bound
+    assert est.batch_bytes == small.batch_bytes + fine_work
+    weights = tuple(corrtrack.model.parameters())
+    with torch.inference_mode():
+        prepared = corrtrack.prepare(frames, ctx)
+        assert prepared.data["grey_fine"].numel() == fine_kept
+        with LiveTensorBytes(ignore=weights + tuple(prepared.data.values())) as track:
+            corrtrack.track(prepared, queries, ctx)
+    assert 0.9 <= est.batch_bytes / track.peak <= 1.4, (est.batch_bytes, track.peak)
+
+
+def test_no_fine_stage_bytes_where_it_does_not_run():
+    assert device_memory.fine_stage_bytes(10, 256, 256, 64, device_memory.FineConfig()) == (0, 0, 0)
+    assert device_memory.fine_stage_bytes(10, 1920, 1080, 64, None) == (0, 0, 0)
+    off = estimate_corrtrack_device_bytes(10, 1920, 1080, 64, 64, 4, fine=None)
+    on = estimate_corrtrack_device_bytes(10, 1920, 1080, 64, 64, 4)
+    assert on.kept_bytes - off.kept_bytes == 10 * 1280 * 720 and on.batch_bytes > off.batch_bytes
+    bound = device_memory.fine_stage_bytes(300, 1920, 1080, 4096, device_memory.FineConfig())[2]
+    for points in (1, 7, 64, 500, 1024, 4096):  # the bound holds for every smaller batch (chunked search)
+        assert device_memory.fine_stage_bytes(300, 1920, 1080, points, device_memory.FineConfig())[1] <= bound
+    nopolish = estimate_corrtrack_device_bytes(10, 1920, 1080, 64, 64, 4, polish=False)
+    assert nopolish.batch_bytes == off.batch_bytes
+
+
 def test_estimate_is_never_below_the_h200_allocator_peak():
     """144 run shapes measured on an H200 (scripts/device_memory.py): never under, at most 1.7x over past 4 GiB."""
     rows = [r for r in json.loads(H200_MEASURED.read_text())["rows"] if "failed" not in r]
     assert len(rows) == 144
     ratios, big = [], []
     for r in rows:
+        # measured before the polish's fine stage existed (commit d53a43c): the estimate without it
         est = estimate_corrtrack_device_bytes(r["frames"], r["width"], r["height"], r["points"], r["points"],
-                                              r["frames_per_batch"], r["precision"])
+                                              r["frames_per_batch"], r["precision"], fine=None)
         peak = r["peak_allocated"] - r["allocated_before"]
         ratios.append(est.total_bytes / peak)
         if peak > 4 * GIB:
@@ -87,7 +124,8 @@ def test_refusal_suggests_points_per_batch_that_fit():
     with pytest.raises(UserError) as err:
         check_device_memory(est, "long.mp4", free=16 * GIB, points_per_batch=1024)
     assert str(err.value).startswith("long.mp4: the run needs about ")
-    fit = int((16 * GIB * DEVICE_HEADROOM - est.kept_bytes) // est.per_point_bytes)
+    assert est.fine_bound_bytes > 0  # 720p: the fine stage's search is set aside before points are counted
+    fit = int((16 * GIB * DEVICE_HEADROOM - est.kept_bytes - est.fine_bound_bytes) // est.per_point_bytes)
     assert f"use --points-per-batch {fit} or lower" in err.value.suggestion
     small = estimate_corrtrack_device_bytes(1500, 1280, 720, 1024, fit, 16)
     check_device_memory(small, "long.mp4", free=16 * GIB, points_per_batch=fit)

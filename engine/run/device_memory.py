@@ -12,13 +12,18 @@ The estimate adds up the network's big tensors (shapes from engine/trackers/corr
       video      T x H x W x 3                                               (uint8 upload)
       features   T x 64 x 64 x C x e                                         (C = feature_dim = 64)
       grey       T x 256 x 256 x 4                                           (NCC polish on)
+      fine grey  T x h x w                  (the polish's fine stage: uint8 frames at the video's size capped
+                                             at 1280 px, for videos of 384 px or more; FineConfig.size_for)
     the larger of
       backbone   F x (2 x H x W x 3 x 4 + BACKBONE_BYTES_PER_FRAME[e])
                  (two float32 copies of each frame at its own size before the resize to 256, then the
                  network's activations and convolution workspaces at 256 x 256)
       batch      N x T x (PYRAMID_CELLS x e + TRACK_WORK_BYTES_PER_POINT_FRAME)
                  PYRAMID_CELLS = 64^2 + 32^2 + 16^2: the correlation pyramid [N, T, s, s]; the rest is
-                 init_head's softmax over 32^2 cells and refine's windows, hidden state and MLP
+                 init_head's softmax over 32^2 cells and refine's windows, hidden state and MLP;
+                 with the fine stage, plus FINE_REGION_COPIES x 4 x Tc x N x S^2: its search over chunks of
+                 Tc frames (polish.fine_chunk_frames) with regions of S x S px (it runs after the refine
+                 graph, whose pool stays reserved, so it adds to the batch rather than reusing it)
     plus
       workspace  WORKSPACE_BYTES[e] (cuBLAS/cuDNN workspaces, CUDA graph pools)
 
@@ -52,6 +57,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.core.errors import UserError
+from engine.trackers.corrtrack.polish import FINE_CHUNK_ELEMENTS, FineConfig, fine_chunk_frames
 
 #: correlation cells per point and frame over the three pyramid levels (strides 4, 8, 16 of 256 px)
 PYRAMID_CELLS = 64 * 64 + 32 * 32 + 16 * 16
@@ -82,6 +88,11 @@ DEVICE_HEADROOM = 0.8
 DEFAULT_FEATURE_DIM = 64
 DEFAULT_PARAMETERS = 1_000_000
 CORRTRACK_NAMES = ("corrtrack", "corrtrack-nopolish")
+#: the fine stage as a tracker made with its defaults runs it
+DEFAULT_FINE = FineConfig()
+#: region-sized float32 tensors alive at once in the fine stage's search (live tensor bytes on the CPU: 4.20-4.31
+#: over four shapes from 600x400 to 1280x720, tests/test_device_memory.py)
+FINE_REGION_COPIES = 4.5
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,7 @@ class DeviceEstimate:
     batch_bytes: int  # one batch of points through the cost volume and refinement
     per_point_bytes: int  # batch bytes per point (for "how many points per batch fit")
     num_frames: int
+    fine_bound_bytes: int = 0  # the fine stage's search at this or any smaller batch is at most this
 
     @property
     def total_bytes(self) -> int:
@@ -103,7 +115,8 @@ class DeviceEstimate:
 def estimate_corrtrack_device_bytes(num_frames: int, width: int, height: int, num_queries: int,
                                     points_per_batch: int, frames_per_batch: int, precision: str = "fp32",
                                     parameters: int = DEFAULT_PARAMETERS, feature_dim: int = DEFAULT_FEATURE_DIM,
-                                    polish: bool = True) -> DeviceEstimate:
+                                    polish: bool = True, fine: FineConfig | None = DEFAULT_FINE
+                                    ) -> DeviceEstimate:
     """The formula of the module docstring."""
     e = ELEMENT_BYTES.get(precision, 4)
     t = max(0, int(num_frames))
@@ -115,28 +128,49 @@ def estimate_corrtrack_device_bytes(num_frames: int, width: int, height: int, nu
     per_point = t * (PYRAMID_CELLS * e + TRACK_WORK_BYTES_PER_POINT_FRAME)
     chunk = min(max(1, int(frames_per_batch)), max(t, 1))
     backbone = chunk * (SOURCE_FLOAT_COPIES * pixels * 3 * 4 + BACKBONE_BYTES_PER_FRAME[4 if e >= 4 else 2])
-    return DeviceEstimate(kept, backbone, n * per_point, per_point, t)
+    fine_kept, fine_work, fine_bound = fine_stage_bytes(t, int(width), int(height), n, fine if polish else None)
+    return DeviceEstimate(kept + fine_kept, backbone, n * per_point + fine_work, per_point, t, fine_bound)
+
+
+def fine_stage_bytes(num_frames: int, width: int, height: int, points: int, fine: FineConfig | None
+                     ) -> tuple[int, int, int]:
+    """(bytes kept for the run, bytes of its search for a batch of ``points``, a bound on the search for this or
+    any smaller batch) of the polish's fine stage; zeros where it does not run (off, or a video below its minimum
+    size). The bound: a chunk holds at most max(FINE_CHUNK_ELEMENTS, points x S^2) region floats (one frame at
+    least)."""
+    size = fine.size_for(width, height) if fine is not None and num_frames > 0 and points > 0 else None
+    if fine is None or size is None:
+        return 0, 0, 0
+    fw, fh = size
+    cfg = fine.ncc_for(fw, fh)
+    cells = (2 * cfg.half + 1 + 2 * cfg.radius) ** 2
+    frames = min(num_frames, fine_chunk_frames(points, cfg))
+    per_float = FINE_REGION_COPIES * 4
+    return (num_frames * fw * fh, int(per_float * frames * points * cells),
+            int(per_float * max(FINE_CHUNK_ELEMENTS, points * cells)))
 
 
 def estimate_corrtrack_cpu_bytes(num_frames: int, width: int, height: int, num_queries: int,
                                  points_per_batch: int, frames_per_batch: int, precision: str = "fp32",
                                  parameters: int = DEFAULT_PARAMETERS, feature_dim: int = DEFAULT_FEATURE_DIM,
-                                 polish: bool = True) -> int:
+                                 polish: bool = True, fine: FineConfig | None = DEFAULT_FINE) -> int:
     """Host bytes CorrTrack's tensors take over a run on the CPU (the 'cpu' formula of the module docstring)."""
     e = ELEMENT_BYTES.get(precision, 4)
     t = max(0, int(num_frames))
     pixels = int(width) * int(height)
-    kept = parameters * 4 + t * FEATURE_CELLS * feature_dim * e + (t * GREY_BYTES_PER_FRAME if polish else 0)
+    kept = (parameters * 4 + t * FEATURE_CELLS * feature_dim * e + (t * GREY_BYTES_PER_FRAME if polish else 0)
+            + fine_stage_bytes(t, int(width), int(height), 1, fine if polish else None)[0])
     chunk = min(max(1, int(frames_per_batch)), max(t, 1))
     backbone = t * pixels * CPU_VIDEO_BYTES_PER_PIXEL + chunk * (pixels * CPU_CHUNK_BYTES_PER_PIXEL
                                                                   + CPU_CHUNK_BYTES_PER_FRAME)
     device = estimate_corrtrack_device_bytes(num_frames, width, height, num_queries, points_per_batch,
-                                             frames_per_batch, precision, parameters, feature_dim, polish)
+                                             frames_per_batch, precision, parameters, feature_dim, polish, fine)
     return kept + max(backbone, int(CPU_BATCH_SLACK * device.batch_bytes))
 
 
-def _corrtrack_shape(tracker: Any) -> tuple[int, int, bool] | None:
-    """(parameters, feature dim, polish) of a CorrTrack given by name or object; None for another tracker."""
+def _corrtrack_shape(tracker: Any) -> tuple[int, int, bool, FineConfig | None] | None:
+    """(parameters, feature dim, polish, fine stage) of a CorrTrack given by name or object; None for another
+    tracker."""
     name = tracker if isinstance(tracker, str) else getattr(tracker, "name", "")
     if str(name) not in CORRTRACK_NAMES:
         return None
@@ -145,7 +179,8 @@ def _corrtrack_shape(tracker: Any) -> tuple[int, int, bool] | None:
     if model is not None and hasattr(model, "parameters"):
         parameters = sum(int(p.numel()) for p in model.parameters())
         feature_dim = int(getattr(getattr(model, "cfg", None), "feature_dim", feature_dim))
-    return parameters, feature_dim, bool(getattr(tracker, "polish", polish))
+    fine = getattr(tracker, "fine_config", DEFAULT_FINE)
+    return parameters, feature_dim, bool(getattr(tracker, "polish", polish)), fine
 
 
 def estimate_for_tracker(tracker: Any, num_frames: int, width: int, height: int, num_queries: int,
@@ -196,7 +231,7 @@ def check_device_memory(estimate: DeviceEstimate | None, what: str, free: int | 
     budget = int(free * DEVICE_HEADROOM)
     if estimate.total_bytes <= budget:
         return
-    room = budget - estimate.kept_bytes
+    room = budget - estimate.kept_bytes - estimate.fine_bound_bytes
     fit_points = int(room // estimate.per_point_bytes) if estimate.per_point_bytes > 0 and room > 0 else 0
     if fit_points >= 1:
         fit = min(fit_points, points_per_batch)

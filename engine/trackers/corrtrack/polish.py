@@ -170,19 +170,35 @@ def ncc_polish(grey: torch.Tensor, queries: torch.Tensor, pos: torch.Tensor, vis
 def _ncc_polish(grey: torch.Tensor, queries: torch.Tensor, pos: torch.Tensor, visible: torch.Tensor,
                 cfg: PolishConfig, regions: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor],
                 flat_std: float) -> tuple[torch.Tensor, torch.Tensor]:
+    templ, textured = _templates(grey, queries, cfg, flat_std)
+    return _search(grey, templ, textured, pos, visible, cfg, regions, flat_std)
+
+
+def _templates(grey: torch.Tensor, queries: torch.Tensor, cfg: PolishConfig, flat_std: float
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The query frame's patch at each query point [B*N, k*k], zero mean and unit norm, and whether it is
+    textured [B, N, 1] (a flat template matches anything)."""
+    b, n = queries.shape[:2]
+    k = 2 * cfg.half + 1
+    q = queries.reshape(b * n, 3)
+    templ = sample_patches(grey, q[:, 0].round(), q[:, 1:], k).reshape(b * n, k * k)
+    templ = templ - templ.mean(dim=1, keepdim=True)
+    tnorm = templ.norm(dim=1, keepdim=True)
+    textured = (tnorm > flat_std * k).view(b, n, 1)
+    return templ / tnorm.clamp_min(1e-6), textured
+
+
+def _search(grey: torch.Tensor, templ: torch.Tensor, textured: torch.Tensor, pos: torch.Tensor,
+            visible: torch.Tensor, cfg: PolishConfig,
+            regions: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor], flat_std: float
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """NCC of the templates over +-radius px around pos [B, N, T, 2] in grey [T, H, W] (the same T frames)."""
     b, n, t, _ = pos.shape
     k = 2 * cfg.half + 1
     r = cfg.radius
     w = 2 * r + 1
     size = k + 2 * r
     bn = b * n
-    # template: the query frame's patch at the query point, zero mean, unit norm
-    q = queries.reshape(bn, 3)
-    templ = sample_patches(grey, q[:, 0].round(), q[:, 1:], k).reshape(bn, k * k)
-    templ = templ - templ.mean(dim=1, keepdim=True)
-    tnorm = templ.norm(dim=1, keepdim=True)
-    textured = (tnorm > flat_std * k).view(b, n, 1)  # a flat template matches anything
-    templ = templ / tnorm.clamp_min(1e-6)
     # search regions around every estimate, frames first: [T, BN, size, size]
     region = regions(grey, pos.reshape(bn, t, 2).transpose(0, 1), size)
     region = region - region.mean(dim=(2, 3), keepdim=True)  # better conditioned window variances
@@ -265,8 +281,30 @@ def fine_grey(frames: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     return grey.round_().clamp_(0, 255).to(torch.uint8)
 
 
+#: float32 elements of the fine stage's search regions per chunk of frames (2^23: 32 MiB). Its peak memory is
+#: about five region-sized tensors, so unchunked it grew with frames x queries x radius^2: 417 MiB more for 256
+#: queries on an 854x480, 82-frame clip (H200, session 23), and ~2.3 GB at 1024 queries on 82 frames of 720p.
+FINE_CHUNK_ELEMENTS = 1 << 23
+
+
+def fine_chunk_frames(num_queries: int, cfg: PolishConfig, elements: int = FINE_CHUNK_ELEMENTS) -> int:
+    """Frames per chunk of the fine stage's search, so that one chunk's regions hold about ``elements`` floats."""
+    size = 2 * cfg.half + 1 + 2 * cfg.radius
+    return max(1, elements // max(1, num_queries * size * size))
+
+
 def fine_polish(grey: torch.Tensor, queries: torch.Tensor, pos: torch.Tensor, visible: torch.Tensor,
-                cfg: PolishConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """ncc_polish on uint8 grey [T, H, W] (``fine_grey``), queries [B, N, 3] and pos [B, N, T, 2] in its pixels."""
+                cfg: PolishConfig, chunk_elements: int = FINE_CHUNK_ELEMENTS) -> tuple[torch.Tensor, torch.Tensor]:
+    """ncc_polish on uint8 grey [T, H, W] (``fine_grey``), queries [B, N, 3] and pos [B, N, T, 2] in its pixels,
+    searched in chunks of frames (``fine_chunk_frames``; the same numbers as one pass: every frame's search is
+    its own)."""
     with torch.autocast(grey.device.type, enabled=False):
-        return _ncc_polish(grey, queries.float(), pos.float(), visible, cfg, gathered_regions, FINE_MIN_STD)
+        queries, pos = queries.float(), pos.float()
+        templ, textured = _templates(grey, queries, cfg, FINE_MIN_STD)
+        t = pos.shape[2]
+        step = fine_chunk_frames(pos.shape[0] * pos.shape[1], cfg, chunk_elements)
+        parts = [_search(grey[a:a + step], templ, textured, pos[:, :, a:a + step], visible[:, :, a:a + step], cfg,
+                         gathered_regions, FINE_MIN_STD) for a in range(0, t, step)]
+        if len(parts) == 1:
+            return parts[0]
+        return torch.cat([p[0] for p in parts], dim=2), torch.cat([p[1] for p in parts], dim=2)

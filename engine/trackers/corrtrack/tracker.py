@@ -736,11 +736,17 @@ class CorrTrackTracker(Tracker):
             if self.compile_mode == "on":
                 job = self._compile_job(ctx.device, ctx.precision, frames.shape, ctx.frames_per_batch, None, False)
             self._use_compiled((self._backbone_key(ctx, frames.shape, keep_grey),), job)
-        with ctx.timer.stage("upload"):
-            host = torch.from_numpy(np.ascontiguousarray(frames))
-            if ctx.device.type == "cuda":
-                host = host.pin_memory()
-            video = host.to(ctx.device, non_blocking=True)  # uint8 [T, H, W, 3]
+
+        def upload(start: int, stop: int) -> torch.Tensor:
+            """Frames [start, stop) -> uint8 [n, H, W, 3] on the device. Chunk by chunk, so the host pins the next
+            chunk while the device runs the backbone on this one (one upload of the whole video before the first
+            backbone chunk left the device idle for the whole pinning: 0.58 ms of the 4.9 ms call at 256
+            queries on the H200, session 22). The pinned block stays the host allocator's until its copy ends."""
+            with ctx.timer.stage("upload"):
+                host = torch.from_numpy(np.ascontiguousarray(frames[start:stop]))
+                if ctx.device.type == "cuda":
+                    host = host.pin_memory()
+                return host.to(ctx.device, non_blocking=True)
 
         def backbone(part: torch.Tensor) -> tuple[torch.Tensor, ...]:
             x = model.normalise(part.permute(0, 3, 1, 2))
@@ -752,9 +758,9 @@ class CorrTrackTracker(Tracker):
             grey: torch.Tensor | None = None
             fine: torch.Tensor | None = None
             chunk = max(1, int(ctx.frames_per_batch))
-            with ctx.timer.stage("backbone"):
-                for start in range(0, num_frames, chunk):
-                    part = video[start:start + chunk]
+            for start in range(0, num_frames, chunk):  # upload and backbone stages alternate, summed per stage
+                part = upload(start, min(num_frames, start + chunk))
+                with ctx.timer.stage("backbone"):
                     if fine_size is not None:  # eager, outside the graph: its shape is the video's
                         if fine is None:
                             fine = torch.empty((num_frames, fine_size[1], fine_size[0]), device=ctx.device,
@@ -867,8 +873,10 @@ class CorrTrackTracker(Tracker):
             rows = torch.arange(len(q), device=ctx.device)
             tracks[rows, frame] = q[:, 1:]  # the query frame is known exactly
             visible[rows, frame] = True
-            tracks_np = tracks.cpu().numpy()
-            visible_np = visible.cpu().numpy()
+            # one device -> host copy (and one wait) for both: visibility rides along as a 0/1 channel
+            both = torch.cat([tracks, visible.unsqueeze(-1).to(tracks.dtype)], dim=-1).cpu().numpy()
+            tracks_np = np.ascontiguousarray(both[..., :2])
+            visible_np = both[..., 2] > 0.5
         return TrackResult(tracks_np, visible_np)
 
 
