@@ -9,15 +9,15 @@ The estimate adds up the network's big tensors (shapes from engine/trackers/corr
 
     kept for the whole run
       weights    P x 4  (+ P x e: autocast's cast copies)                    P = parameter count
-      video      T x H x W x 3                                               (uint8 upload)
       features   T x 64 x 64 x C x e                                         (C = feature_dim = 64)
       grey       T x 256 x 256 x 4                                           (NCC polish on)
       fine grey  T x h x w                  (the polish's fine stage: uint8 frames at the video's size capped
                                              at 1280 px, for videos of 384 px or more; FineConfig.size_for)
     the larger of
-      backbone   F x (2 x H x W x 3 x 4 + BACKBONE_BYTES_PER_FRAME[e])
-                 (two float32 copies of each frame at its own size before the resize to 256, then the
-                 network's activations and convolution workspaces at 256 x 256)
+      backbone   F x (H x W x 3 + 2 x H x W x 3 x 4 + BACKBONE_BYTES_PER_FRAME[e])
+                 (the chunk's uint8 upload: frames go up one backbone chunk at a time; two float32 copies of
+                 each frame at its own size before the resize to 256, then the network's activations and
+                 convolution workspaces at 256 x 256)
       batch      N x T x (PYRAMID_CELLS x e + TRACK_WORK_BYTES_PER_POINT_FRAME)
                  PYRAMID_CELLS = 64^2 + 32^2 + 16^2: the correlation pyramid [N, T, s, s]; the rest is
                  init_head's softmax over 32^2 cells and refine's windows, hidden state and MLP;
@@ -32,7 +32,7 @@ with the GPU-only workspace left out, the frames shared with the decoded array (
 working sets measured there (process peak RSS over a run, scripts/cpu_memory.py, 11 shapes up to
 96 x 1080p and 192 x 640x360, twice):
 
-    cpu        P x 4 + features + grey
+    cpu        P x 4 + features + grey + fine grey
                + the larger of
                    backbone   T x H x W x CPU_VIDEO_BYTES_PER_PIXEL
                               + F x (H x W x CPU_CHUNK_BYTES_PER_PIXEL + CPU_CHUNK_BYTES_PER_FRAME)
@@ -45,8 +45,9 @@ the fixed per-frame part dominates).
 The batch term dominates long runs: 1024 points x 1500 frames in fp32 is about 50 GiB. The batch term's
 tensors are checked against live tensor bytes measured on the CPU (tests/test_device_memory.py); the
 backbone and workspace constants are fitted to the allocator's peak on an H200 over 144 run shapes
-(tests/data/h200/device_memory.json, scripts/device_memory.py): the estimate is never below the measured
-peak there, 1.09-1.63x above it for runs over 4 GiB. When the run is on a CUDA device,
+(tests/data/h200/device_memory.json, scripts/device_memory.py; measured again in session 24 with the chunked
+upload and the fine stage): the estimate is never below the measured peak there (1.02x at least, median 1.28x),
+at most 1.31x above it for runs over 4 GiB. When the run is on a CUDA device,
 ``check_device_memory`` compares the estimate with ``torch.cuda.mem_get_info`` and refuses with the points
 per batch or the frame count that would fit.
 """
@@ -99,7 +100,7 @@ FINE_REGION_COPIES = 4.5
 class DeviceEstimate:
     """Device bytes one CorrTrack run needs, by part."""
 
-    kept_bytes: int  # weights, video, features, grey frames (for the whole run) and the fixed workspace
+    kept_bytes: int  # weights, features, grey frames (for the whole run) and the fixed workspace
     backbone_bytes: int  # one chunk of frames through the backbone
     batch_bytes: int  # one batch of points through the cost volume and refinement
     per_point_bytes: int  # batch bytes per point (for "how many points per batch fit")
@@ -123,11 +124,12 @@ def estimate_corrtrack_device_bytes(num_frames: int, width: int, height: int, nu
     n = max(0, min(int(points_per_batch), int(num_queries)))
     weights = parameters * 4 + (parameters * e if e < 4 else 0)
     pixels = int(width) * int(height)
-    kept = (weights + t * pixels * 3 + t * FEATURE_CELLS * feature_dim * e
+    kept = (weights + t * FEATURE_CELLS * feature_dim * e
             + (t * GREY_BYTES_PER_FRAME if polish else 0) + WORKSPACE_BYTES[4 if e >= 4 else 2])
     per_point = t * (PYRAMID_CELLS * e + TRACK_WORK_BYTES_PER_POINT_FRAME)
     chunk = min(max(1, int(frames_per_batch)), max(t, 1))
-    backbone = chunk * (SOURCE_FLOAT_COPIES * pixels * 3 * 4 + BACKBONE_BYTES_PER_FRAME[4 if e >= 4 else 2])
+    backbone = chunk * (pixels * 3 + SOURCE_FLOAT_COPIES * pixels * 3 * 4
+                        + BACKBONE_BYTES_PER_FRAME[4 if e >= 4 else 2])
     fine_kept, fine_work, fine_bound = fine_stage_bytes(t, int(width), int(height), n, fine if polish else None)
     return DeviceEstimate(kept + fine_kept, backbone, n * per_point + fine_work, per_point, t, fine_bound)
 

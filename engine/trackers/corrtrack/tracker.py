@@ -873,10 +873,8 @@ class CorrTrackTracker(Tracker):
             rows = torch.arange(len(q), device=ctx.device)
             tracks[rows, frame] = q[:, 1:]  # the query frame is known exactly
             visible[rows, frame] = True
-            # one device -> host copy (and one wait) for both: visibility rides along as a 0/1 channel
-            both = torch.cat([tracks, visible.unsqueeze(-1).to(tracks.dtype)], dim=-1).cpu().numpy()
-            tracks_np = np.ascontiguousarray(both[..., :2])
-            visible_np = both[..., 2] > 0.5
+            tracks_np = tracks.cpu().numpy()
+            visible_np = visible.cpu().numpy()
         return TrackResult(tracks_np, visible_np)
 
 
