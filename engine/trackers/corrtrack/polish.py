@@ -281,9 +281,10 @@ def fine_grey(frames: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     return grey.round_().clamp_(0, 255).to(torch.uint8)
 
 
-#: float32 elements of the fine stage's search regions per chunk of frames (2^23: 32 MiB). Its peak memory is
-#: about five region-sized tensors, so unchunked it grew with frames x queries x radius^2: 417 MiB more for 256
-#: queries on an 854x480, 82-frame clip (H200, session 23), and ~2.3 GB at 1024 queries on 82 frames of 720p.
+#: float32 elements of the fine stage's search regions per chunk of frames (2^23: 32 MiB). Its live tensors are
+#: about 4.3 region-sized ones (CPU, tests/test_device_memory.py), so unchunked they grew with frames x queries x
+#: radius^2: the stage added 417 MiB for 256 queries on an 854x480, 82-frame clip (H200, session 23; 306 MiB
+#: less with the chunks and the chunked upload, session 24).
 FINE_CHUNK_ELEMENTS = 1 << 23
 
 
