@@ -8,12 +8,9 @@
 set -u
 source scripts/device_common.sh
 S="--warmup 3 --repeat 20 --no-cost"
-bench() {  # bench SIDE NAME VIDEO N PRECISIONS
-  local side=$1 name=$2 video=$3 n=$4 prec=$5
-  local run="$T bench $video --device cuda --tracker corrtrack --points $n --points-per-batch $n --precisions $prec $S"
-  if [ "$side" = old ]; then step 45 bash -c "cd .old && $run --out $W/$name"
-  else step 45 $run --out $W/$name; fi
-  cp "$W/$name/bench.json" "$OUT/bench_$name.json" 2>/dev/null
+bench() {  # bench SIDE NAME VIDEO N PRECISIONS (device_common.sh)
+  bench_side "$@"
+  cp "$W/$2/bench.json" "$OUT/bench_$2.json" 2>/dev/null
 }
 {
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader

@@ -6,22 +6,16 @@
 set -u
 source scripts/device_common.sh
 S="--warmup 3 --repeat 20 --no-cost"
-bench() {  # bench SIDE NAME VIDEO N PRECISIONS
-  local side=$1 name=$2 video=$3 n=$4 prec=$5
-  local run="$T bench $video --device cuda --tracker corrtrack --points $n --points-per-batch $n --precisions $prec $S"
-  if [ "$side" = old ]; then step 45 bash -c "cd .old && $run --out $W/$name"
-  else step 45 $run --out $W/$name; fi
-}
 mkdir -p $W/mem
 {
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 for i in 1 2 3; do
-  for side in new old; do bench $side s256_${side}_$i $V 256 bf16; done
+  for side in new old; do bench_side $side s256_${side}_$i $V 256 bf16; done
 done
 step 60 $T bench $V --device cuda --tracker scripts.peers.cotracker_plugin:make --precisions bf16,tf32 --points 256 --points-per-batch 256 --warmup 2 --repeat 12 --no-cost --out $W/cotracker_256
-bench new s256_new_4 $V 256 bf16,tf32
-for side in new old; do bench $side bear_${side} .realclips/bear.mp4 256 bf16; done
-for side in new old; do bench $side apple1024_${side} .realclips/apple.mp4 1024 bf16; done
+bench_side new s256_new_4 $V 256 bf16,tf32
+for side in new old; do bench_side $side bear_${side} .realclips/bear.mp4 256 bf16; done
+for side in new old; do bench_side $side apple1024_${side} .realclips/apple.mp4 1024 bf16; done
 step 200 python3 scripts/device_memory.py --out $W/mem
 } 2>&1 > "$W/call_b.log"
 tar -czf "$OUT/call_b.tar.gz" -C "$W" --exclude='*.npz' . 2>/dev/null

@@ -28,3 +28,11 @@ alternate() {
     done
   done
 }
+# bench_side SIDE NAME VIDEO N PRECISIONS: CorrTrack's whole session (`trackscope bench`, timing args $S) into
+# $W/NAME, from this tree (SIDE new) or from .old/ (SIDE old: the code before, carried; paths are .old's own).
+bench_side() {
+  local side=$1 name=$2 video=$3 n=$4 prec=$5
+  local run="$T bench $video --device cuda --tracker corrtrack --points $n --points-per-batch $n --precisions $prec $S"
+  if [ "$side" = old ]; then step 45 bash -c "cd .old && $run --out $W/$name"
+  else step 45 $run --out $W/$name; fi
+}
