@@ -737,16 +737,25 @@ class CorrTrackTracker(Tracker):
                 job = self._compile_job(ctx.device, ctx.precision, frames.shape, ctx.frames_per_batch, None, False)
             self._use_compiled((self._backbone_key(ctx, frames.shape, keep_grey),), job)
 
+        copy_stream = self._copy_stream(ctx.device)
+
         def upload(start: int, stop: int) -> torch.Tensor:
             """Frames [start, stop) -> uint8 [n, H, W, 3] on the device, one backbone chunk at a time, so the device
-            never holds the whole video (100 MB for 82 frames of 854x480) and the host pins the next chunk while
-            the backbone runs on this one (no speed change measured at 256x256 on the H200, session 24). The
-            pinned block stays the host allocator's until its copy ends."""
-            with ctx.timer.stage("upload"):
-                host = torch.from_numpy(np.ascontiguousarray(frames[start:stop]))
-                if ctx.device.type == "cuda":
-                    host = host.pin_memory()
-                return host.to(ctx.device, non_blocking=True)
+            never holds the whole video (100 MB for 82 frames of 854x480). On CUDA the copy runs on a side stream:
+            the host pins chunk k+1 and its copy runs while the backbone works on chunk k, and the current stream
+            waits for the copy only where the backbone needs it. The pinned block stays the host allocator's until
+            its copy ends; the device block is marked as used by the current stream, so the allocator does not hand
+            it out again before the backbone has read it."""
+            host = torch.from_numpy(np.ascontiguousarray(frames[start:stop]))
+            if copy_stream is None:
+                with ctx.timer.stage("upload"):
+                    return host.to(ctx.device)
+            main = torch.cuda.current_stream(ctx.device)
+            with ctx.timer.stage("upload", stream=copy_stream), torch.cuda.stream(copy_stream):
+                part = host.pin_memory().to(ctx.device, non_blocking=True)
+            main.wait_stream(copy_stream)
+            part.record_stream(main)
+            return part
 
         def backbone(part: torch.Tensor) -> tuple[torch.Tensor, ...]:
             x = model.normalise(part.permute(0, 3, 1, 2))
@@ -787,6 +796,17 @@ class CorrTrackTracker(Tracker):
         if fine is not None:
             data["grey_fine"] = fine
         return PreparedVideo(num_frames, height, width, data=data)
+
+    def _copy_stream(self, device: torch.device) -> torch.cuda.Stream | None:
+        """The side stream frame uploads run on (one per thread and device: a background compile job's stand-in
+        upload never queues behind a run's); None off CUDA."""
+        if device.type != "cuda":
+            return None
+        streams = self._local.__dict__.setdefault("copy_streams", {})
+        key = device.index if device.index is not None else torch.cuda.current_device()
+        if key not in streams:
+            streams[key] = torch.cuda.Stream(device=device)
+        return streams[key]
 
     def _fine_stage(self, grey: torch.Tensor, q: torch.Tensor, pos: torch.Tensor, visible: torch.Tensor,
                     width: int, height: int) -> torch.Tensor:
@@ -845,8 +865,9 @@ class CorrTrackTracker(Tracker):
 
         def body() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             timer = ctx.timer
+            fine_key = (("fine", w, h, tuple(fine.shape)),) if fine is not None and polish is not None else ()
             run = self._runner(ctx, self._track_graphs, ("track", tuple(feats.shape), feats.dtype, len(q), polish,
-                                                         *((grid,) if grid else ())))
+                                                         *((grid,) if grid else ()), *fine_key))
             with timer.stage("query_features"):
                 # hands the video's tensors on as the graphs' static inputs (copied once per batch)
                 qfeat, f_s, q_s, *g_s = run("query_features",
@@ -858,8 +879,9 @@ class CorrTrackTracker(Tracker):
                 pos, vis, acc = run("init_head", lambda *lv: model.init_head(list(lv)), *levels)
             with timer.stage("refine"):
                 pos, vis, acc = run("refine", refine, q_s, qfeat, pos, vis, acc, *levels, *g_s)
-                if fine is not None and polish is not None:  # eager after the graph: shapes are the video's
-                    pos = self._fine_stage(fine, q, pos, visible_from_logits(vis, acc), w, h)
+                if fine_key:  # a graph of its own, keyed by the video's size (its shapes and scales)
+                    (pos,) = run("fine_polish", lambda f, qq, p, v, a: (
+                        self._fine_stage(f, qq, p, visible_from_logits(v, a), w, h),), fine, q, pos, vis, acc)
             return pos, vis, acc
 
         pos, vis, acc = self._with_fallback(body)
