@@ -55,7 +55,7 @@ class StageTimer:
         self.nvtx = nvtx and self.use_cuda
         self._host_ms: dict[str, float] = defaultdict(float)
         self._pending: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
-        self._open: list[tuple[str, float | torch.cuda.Event, torch.cuda.Stream | None]] = []
+        self._open: list[tuple[str, float | torch.cuda.Event]] = []
         # host cost per stage (measured on the H200: ~27 us with a new event pair and a current-stream lookup per
         # stage): events are reused once read, and the stream is looked up once per batch
         self._free: list[torch.cuda.Event] = []
@@ -69,9 +69,8 @@ class StageTimer:
             self._stream = torch.cuda.current_stream(self.device)
         return self._stream
 
-    def begin(self, name: str, host: bool = False, stream: torch.cuda.Stream | None = None) -> None:
-        """Open a stage; pair with ``end(name)`` (used by forward hooks on plugin modules). ``stream``: record the
-        stage's events there instead of on the current stream (work a tracker queues on a side stream)."""
+    def begin(self, name: str, host: bool = False) -> None:
+        """Open a stage; pair with ``end(name)`` (used by forward hooks on plugin modules)."""
         for observer in tuple(_STAGE_OBSERVERS):
             observer(self, name, True)
         if not self.enabled:
@@ -80,10 +79,10 @@ class StageTimer:
             if self.nvtx:
                 torch.cuda.nvtx.range_push(name)
             start = self._event()
-            start.record(stream if stream is not None else self._current_stream())
-            self._open.append((name, start, stream))
+            start.record(self._current_stream())
+            self._open.append((name, start))
         else:
-            self._open.append((name, time.perf_counter(), None))
+            self._open.append((name, time.perf_counter()))
 
     def end(self, name: str) -> None:
         if self.enabled and (not self._open or self._open[-1][0] != name):
@@ -92,34 +91,30 @@ class StageTimer:
             observer(self, name, False)
         if not self.enabled:
             return
-        _, start, stream = self._open.pop()
+        _, start = self._open.pop()
         if isinstance(start, float):
             self._host_ms[name] += (time.perf_counter() - start) * 1e3
             return
         end = self._event()
-        end.record(stream if stream is not None else self._current_stream())
+        end.record(self._current_stream())
         if self.nvtx:
             torch.cuda.nvtx.range_pop()
         self._pending.append((name, start, end))
 
     @contextmanager
-    def stage(self, name: str, host: bool = False, stream: torch.cuda.Stream | None = None) -> Iterator[None]:
-        """Time the body as stage ``name``. ``host=True`` times host work with perf_counter; ``stream``: see
-        ``begin``."""
-        self.begin(name, host=host, stream=stream)
+    def stage(self, name: str, host: bool = False) -> Iterator[None]:
+        """Time the body as stage ``name``. ``host=True`` times host work with perf_counter."""
+        self.begin(name, host=host)
         try:
             yield
         finally:
             self.end(name)
 
     def collect(self) -> dict[str, float]:
-        """Milliseconds per stage since the last collect. Waits for the recorded events (the last one on the
-        current stream has waited for the rest there; a side stream's are waited for one by one, at no cost once
-        the stream the tracker joined back has passed them)."""
+        """Milliseconds per stage since the last collect. Waits only for the last recorded event."""
         out: dict[str, float] = dict(self._host_ms)
         if self._pending:
-            for _, _, end in reversed(self._pending):
-                end.synchronize()
+            self._pending[-1][2].synchronize()
             for name, start, end in self._pending:
                 out[name] = out.get(name, 0.0) + start.elapsed_time(end)
                 self._free += (start, end)  # read: free for the next batch's stages

@@ -745,15 +745,18 @@ class CorrTrackTracker(Tracker):
             the host pins chunk k+1 and its copy runs while the backbone works on chunk k, and the current stream
             waits for the copy only where the backbone needs it. The pinned block stays the host allocator's until
             its copy ends; the device block is marked as used by the current stream, so the allocator does not hand
-            it out again before the backbone has read it."""
+            it out again before the backbone has read it. The "upload" stage is timed on the current stream: from
+            where it reaches the stage (the previous chunk's backbone done) to the end of its wait for this copy, so
+            it holds the part of the upload the run pays for and the stages still add up to the run."""
             host = torch.from_numpy(np.ascontiguousarray(frames[start:stop]))
             if copy_stream is None:
                 with ctx.timer.stage("upload"):
                     return host.to(ctx.device)
             main = torch.cuda.current_stream(ctx.device)
-            with ctx.timer.stage("upload", stream=copy_stream), torch.cuda.stream(copy_stream):
-                part = host.pin_memory().to(ctx.device, non_blocking=True)
-            main.wait_stream(copy_stream)
+            with ctx.timer.stage("upload"):  # its events on the current stream, around the pin and the wait
+                with torch.cuda.stream(copy_stream):
+                    part = host.pin_memory().to(ctx.device, non_blocking=True)
+                main.wait_stream(copy_stream)
             part.record_stream(main)
             return part
 
