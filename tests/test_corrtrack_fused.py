@@ -56,7 +56,7 @@ def test_fused_kernels_run_only_at_inference_on_a_gpu_with_the_switch_on(monkeyp
 
 def test_kept_casts_are_reused_until_the_parameter_changes() -> None:
     layer = nn.Linear(8, 4)
-    with torch.no_grad():
+    with torch.no_grad(), casts.keeping():
         first = casts.param_as(layer.weight, torch.bfloat16)
         assert casts.param_as(layer.weight, torch.bfloat16) is first
         assert casts.param_as(layer.weight, torch.float32) is layer.weight
@@ -68,11 +68,37 @@ def test_kept_casts_are_reused_until_the_parameter_changes() -> None:
     assert grad_cast.requires_grad and grad_cast.grad_fn is not None  # training: a cast autograd sees through
 
 
+def test_casts_are_kept_only_inside_keeping_so_a_fused_optimiser_step_is_seen() -> None:
+    """Training validates between fused AdamW steps, which change the weights without moving their version
+    counter: outside ``keeping()`` (everything but CorrTrackTracker's stages) every call must cast afresh."""
+    torch.manual_seed(0)
+    layer, x = nn.Linear(16, 8), torch.randn(5, 16)
+    opt = torch.optim.AdamW(layer.parameters(), lr=0.1, fused=True)
+
+    def validate() -> torch.Tensor:
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            return casts.linear(layer, x)
+
+    before = validate()
+    version = layer.weight._version
+    layer(x).square().sum().backward()
+    opt.step()
+    assert layer.weight._version == version  # what makes a version stamp blind to this step
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        torch.testing.assert_close(validate(), layer(x), rtol=0, atol=0)  # the new weights, not a stale cast
+    assert not torch.equal(validate(), before)
+    with torch.no_grad(), casts.keeping():
+        first = casts.param_as(layer.weight, torch.bfloat16)
+        assert casts.param_as(layer.weight, torch.bfloat16) is first
+    with torch.no_grad():
+        assert casts.param_as(layer.weight, torch.bfloat16) is not first
+
+
 def test_an_inference_tensor_is_cast_each_call() -> None:
     with torch.inference_mode():  # the int8/fp8 copies are made so: no version counter to read
         weight = torch.randn(4, 8)
         assert casts.param_as(weight, torch.bfloat16).dtype == torch.bfloat16
-    with torch.no_grad():
+    with torch.no_grad(), casts.keeping():
         first = casts.param_as(weight, torch.bfloat16)
         assert casts.param_as(weight, torch.bfloat16) is not first
 
@@ -80,7 +106,7 @@ def test_an_inference_tensor_is_cast_each_call() -> None:
 def test_kept_casts_go_with_their_parameter() -> None:
     casts.clear()
     layer = nn.Linear(8, 4)
-    with torch.no_grad():
+    with torch.no_grad(), casts.keeping():
         casts.param_as(layer.weight, torch.bfloat16)
         casts.param_as(layer.bias, torch.bfloat16)
     assert len(casts._casts) == 2
@@ -93,7 +119,7 @@ def test_layers_through_kept_casts_give_autocasts_numbers() -> None:
     torch.manual_seed(0)
     lin, conv = nn.Linear(16, 8), nn.Conv2d(3, 4, 3, stride=2, padding=1)
     x, img = torch.randn(5, 16), torch.randn(2, 3, 9, 9)
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), casts.keeping():
         for _ in range(2):  # the second call reads the kept casts
             torch.testing.assert_close(casts.linear(lin, x), lin(x), rtol=0, atol=0)
             torch.testing.assert_close(casts.conv(conv, img), conv(img), rtol=0, atol=0)
@@ -135,3 +161,24 @@ def test_a_broken_triton_leaves_the_eager_code_and_says_why(monkeypatch: pytest.
         assert not fused.usable(torch.randn(2, 5, 32))
     assert fused.status() == ("off: Triton failed to import (RuntimeError: libtriton.so: cannot open shared object "
                               "file) (the eager code runs)")
+
+
+def test_the_tracker_keeps_casts_and_a_bare_model_call_does_not() -> None:
+    import numpy as np
+
+    from engine.core.stages import StageTimer
+    from engine.trackers.base import RunContext
+    from engine.trackers.corrtrack import CorrTrackTracker
+
+    casts.clear()
+    tracker = CorrTrackTracker()
+    cpu = torch.device("cpu")
+    frames = np.random.default_rng(0).integers(0, 256, (6, 64, 64, 3), dtype=np.uint8)
+    queries = np.array([[0, 10, 10], [2, 30, 30]], np.float32)
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        video = torch.from_numpy(frames).permute(0, 3, 1, 2)[None].float()
+        tracker.model.features(torch.nn.functional.interpolate(video[0], size=(256, 256)) / 255.0)
+        assert len(casts._casts) == 0  # outside the tracker's stages: cast each call
+        ctx = RunContext(cpu, "bf16", 16, StageTimer(cpu, enabled=False))
+        tracker.track(tracker.prepare(frames, ctx), queries, ctx)
+    assert len(casts._casts) > 0  # inside them: kept for the next batch and for graph replays

@@ -8,7 +8,11 @@ parameter and dtype while the parameter is unchanged (its version counter and st
 it directly: autocast then has nothing left to cast. The numbers are the same as autocast's (one fp32 ->
 half rounding of the same values).
 
-Only for inference: with autograd on (training), the plain cast runs, so gradients reach the fp32 parameters.
+Only for inference, and only inside ``keeping()``, which CorrTrackTracker enters around its stages (its weights
+are fixed once loaded). Outside it, and with autograd on (training), the plain cast runs each call. The version
+counter does not see every change: torch's fused AdamW (``fused=True``, what training uses on a GPU) updates the
+parameters in place without moving it, so a cache open to any caller served a training run's validation the
+casts of an earlier step (session 26: a flat validation curve while the weights moved).
 A cast first needed inside a CUDA graph capture is not kept (its memory would belong to the graph's pool);
 the warm-up before each capture fills the cache. A captured graph reads the kept cast, not the parameter: code
 that changes weights in place after capturing must drop its graphs first (CorrTrackTracker's weights are fixed
@@ -19,6 +23,8 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 
 import torch
@@ -31,6 +37,20 @@ _lock = threading.RLock()  # reentrant: a weak reference's callback may run whil
 _casts: dict[int, tuple[weakref.ref, dict[torch.dtype, tuple[tuple, torch.Tensor]]]] = {}
 
 
+_scope = threading.local()  # depth of keeping() blocks in this thread
+
+
+@contextmanager
+def keeping() -> Iterator[None]:
+    """Keep casts inside this block, in this thread: for a caller whose parameters do not change in it."""
+    depth = getattr(_scope, "depth", 0)
+    _scope.depth = depth + 1
+    try:
+        yield
+    finally:
+        _scope.depth = depth
+
+
 def half_autocast(device_type: str) -> torch.dtype | None:
     """The autocast dtype when half-precision autocast is on for device_type, else None."""
     if not torch.is_autocast_enabled(device_type):
@@ -40,12 +60,13 @@ def half_autocast(device_type: str) -> torch.dtype | None:
 
 
 def param_as(p: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """p in dtype; at inference the same cast tensor every call while p is unchanged."""
+    """p in dtype; inside ``keeping()`` at inference the same cast tensor every call while p is unchanged."""
     if p.dtype == dtype:
         return p
     # an inference tensor (a copy made inside inference_mode, as the int8/fp8 copies are) has no version counter
     # to tell a change by: cast it each call
-    if torch.compiler.is_compiling() or torch.is_grad_enabled() or p.is_inference():
+    if (not getattr(_scope, "depth", 0) or torch.compiler.is_compiling() or torch.is_grad_enabled()
+            or p.is_inference()):
         return p.to(dtype)
     stamp = (p._version, p.data_ptr(), p.device)
     key = id(p)

@@ -75,7 +75,7 @@ from engine.trackers.compiled_switch import (
     JobLog,
     RetryLater,
 )
-from engine.trackers.corrtrack import fused
+from engine.trackers.corrtrack import casts, fused
 from engine.trackers.corrtrack.graphs import GraphCache, GraphCaptureError
 from engine.trackers.corrtrack.model import MODEL_SIZE, CorrTrackNet, count_parameters, visible_from_logits
 from engine.trackers.corrtrack.polish import FineConfig, PolishConfig, fine_grey, fine_polish, grey_frames, ncc_polish
@@ -684,9 +684,14 @@ class CorrTrackTracker(Tracker):
         return job
 
     def _with_fallback(self, body: Callable[[], Any]) -> Any:
-        """Run body; if compiling fails, note why and run it again uncompiled; if a CUDA graph capture
-        fails, likewise eagerly. Out-of-memory errors always propagate (the caller names the batch sizes).
-        In a compile job nothing falls back: its error goes to the switch (which leaves runs eager)."""
+        """Run body with kept parameter casts (the weights are fixed once loaded: casts.py); if compiling fails,
+        note why and run it again uncompiled; if a CUDA graph capture fails, likewise eagerly. Out-of-memory
+        errors always propagate (the caller names the batch sizes). In a compile job nothing falls back: its
+        error goes to the switch (which leaves runs eager)."""
+        with casts.keeping():
+            return self._run_with_fallback(body)
+
+    def _run_with_fallback(self, body: Callable[[], Any]) -> Any:
         if getattr(self._local, "job", False):
             return body()
         try:
