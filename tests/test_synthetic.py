@@ -298,6 +298,38 @@ def test_motion_blur_changes_only_moving_parts_and_never_the_ground_truth(bank):
         assert not (changed[:, t] & ~near).any(), t
 
 
+def test_anchored_sprites_move_with_the_background_and_change_nothing_else(bank):
+    from engine.training.synthetic.render import _apply
+    from engine.training.synthetic.scene import _radius_px
+
+    free = SynthConfig(num_frames=8, height=48, width=64, num_points=64, photometric=False, num_sprites=(3, 5),
+                       camera_motion=2.0)
+    tied = SynthConfig(**{**free.__dict__, "anchored_sprite_share": 0.5})
+    a = sample_scene(8, free, len(bank), bank.size, _gen(11))
+    b = sample_scene(8, tied, len(bank), bank.size, _gen(11))
+    assert a.anchored is None and b.anchored is not None
+    assert not b.anchored[:, 0].any() and 0.2 < float(b.anchored[:, 1:].float().mean()) < 0.8
+    same = ~b.anchored  # the background and the free sprites: drawn as before, untouched
+    assert torch.equal(a.local_from_image[same], b.local_from_image[same])
+    assert torch.allclose(a.size_px[same], b.size_px[same])
+    # the smaller radius of a free (affine) sprite, measured from its matrix, is the one it was drawn with
+    assert torch.allclose(_radius_px(a.image_from_local[:, 1:].double()).float(), a.size_px[:, 1:], rtol=1e-3)
+    # a point on an anchored sprite follows the background texel under it at every frame; free sprites do not
+    T = tied.num_frames
+    p = torch.tensor([30.0, 20.0])
+    gaps = {True: [], False: []}
+    for v in range(8):
+        background = _apply(b.image_from_local[v, 0], _apply(b.local_from_image[v, 0, 0], p).expand(T, 2))
+        for layer in range(1, b.anchored.shape[1]):
+            on_sprite = _apply(b.image_from_local[v, layer], _apply(b.local_from_image[v, layer, 0], p).expand(T, 2))
+            gaps[bool(b.anchored[v, layer])].append(float((on_sprite - background).norm(dim=-1).max()))
+    assert max(gaps[True]) < 0.05 and min(gaps[False]) > 0.5
+    batch = generate_batch(4, tied, bank, _gen(12), "cpu")  # rendered and carried: the colours still agree
+    assert _agreement(batch.video, batch.tracks, batch.visible, batch.queries) > 0.95
+    with pytest.raises(ValueError):
+        SynthConfig(anchored_sprite_share=-0.1)
+
+
 def test_sample_knobs_and_the_heldout_preset(tmp_path, monkeypatch):
     from engine.cli import sample as sample_cli
     from engine.training.synthetic import evalset
@@ -306,6 +338,9 @@ def test_sample_knobs_and_the_heldout_preset(tmp_path, monkeypatch):
     parts = {p.prefix: p for p in evalset.HELDOUT_PRESETS["heldout-v2"]}
     assert (parts["ho777"].seed, parts["ho777"].frames, parts["ho777"].count) == (777, 24, 12)  # as documented
     assert (parts["ho778"].seed, parts["ho778"].frames, parts["ho778"].count) == (778, 47, 8)
+    v3 = {p.prefix: p for p in evalset.HELDOUT_PRESETS["heldout-v3"]}
+    assert [v3[k] for k in ("ho777", "ho778", "long")] == [parts[k] for k in ("ho777", "ho778", "long")]
+    assert dict(v3["poorctx"].knobs)["anchored_sprite_share"] > 0 and "poor" not in v3
     small = (evalset.EvalPart("a", 1, 5, 4), evalset.EvalPart("p", 1, 6, 6, (("texture_poor_share", 1.0),)))
     monkeypatch.setitem(evalset.HELDOUT_PRESETS, "heldout-v2", small)
     assert cli_main(["sample", str(tmp_path / "pre"), "--preset", "heldout-v2", "--size", "32", "--points", "8"]) == 0
@@ -313,5 +348,6 @@ def test_sample_knobs_and_the_heldout_preset(tmp_path, monkeypatch):
     assert names == ["a_000.mp4", "p_000.mp4"]
     assert load_ground_truth(tmp_path / "pre" / "p_000.gt.npz")["tracks"].shape == (8, 6, 2)
     assert cli_main(["sample", str(tmp_path / "k"), "--count", "1", "--frames", "4", "--size", "32", "--points", "8",
-                     "--texture-poor-share", "1", "--motion-blur-prob", "1"]) == 0
+                     "--texture-poor-share", "1", "--motion-blur-prob", "1", "--anchored-sprite-share", "0.5"]) == 0
     assert cli_main(["sample", str(tmp_path / "bad"), "--motion-blur-prob", "1.5"]) == 2
+    assert cli_main(["sample", str(tmp_path / "bad"), "--anchored-sprite-share", "2"]) == 2

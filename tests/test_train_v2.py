@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from engine.cli import main as cli_main
+from engine.core.errors import UserError
 from engine.trackers.corrtrack import CorrTrackNet
 from engine.trackers.corrtrack.model import CorrTrackConfig
 from engine.trackers.corrtrack.weights import load_model, save_model
@@ -64,8 +65,14 @@ def test_train_refusals(tmp_path, tiny_v1, capsys):
 def test_data_knobs_default_by_version():
     import argparse
 
-    args = argparse.Namespace(texture_poor_share=None, texture_poor_sprite_share=None, motion_blur_prob=0.5)
+    args = argparse.Namespace(texture_poor_share=None, texture_poor_sprite_share=None, motion_blur_prob=0.5,
+                              anchored_sprite_share=None)
     assert T.data_knobs(args, TINY) == {"texture_poor_share": 0.0, "texture_poor_sprite_share": 0.0,
-                                        "motion_blur_prob": 0.5}
+                                        "motion_blur_prob": 0.5, "anchored_sprite_share": 0.0}
     v2 = CorrTrackConfig(attention_layers=1)
     assert T.data_knobs(args, v2)["texture_poor_share"] == T.V2_DATA_DEFAULTS["texture_poor_share"]
+    args.anchored_sprite_share = 0.4  # session 26's v3 pieces: sprites fixed to the background plane
+    assert T.data_knobs(args, v2)["anchored_sprite_share"] == 0.4
+    args.anchored_sprite_share = 1.5
+    with pytest.raises(UserError):
+        T.data_knobs(args, v2)

@@ -19,7 +19,8 @@ MAX_FRAMES = 10000
 #: host bytes the renderer needs per pixel of each frame (float32 texel grids, colour, alpha, the frame):
 #: 88 measured at 48 frames of 512x512 on the CPU, rounded up
 RENDER_BYTES_PER_PIXEL_FRAME = 96
-HELDOUT_PRESET_NAMES = ("heldout-v2",)  # engine.training.synthetic.evalset.HELDOUT_PRESETS (checked in a test)
+#: engine.training.synthetic.evalset.HELDOUT_PRESETS (checked in a test)
+HELDOUT_PRESET_NAMES = ("heldout-v2", "heldout-v3")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,10 +39,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="share of occluding sprites that are texture-poor (default 0)")
     parser.add_argument("--motion-blur-prob", type=float, default=0.0,
                         help="share of videos rendered with motion blur (default 0)")
+    parser.add_argument("--anchored-sprite-share", type=float, default=0.0,
+                        help="share of sprites fixed to the background plane, moving with the camera (default 0)")
     parser.add_argument("--preset", choices=sorted(HELDOUT_PRESET_NAMES), default=None,
                         help="write a fixed held-out set instead (heldout-v2: ho777 12x24 frames, ho778 8x47, "
-                             "texture-poor 8x47, long clips 6x96; ignores --count/--seed/--frames/--prefix and the "
-                             "knobs above)")
+                             "texture-poor 8x47, long clips 6x96; heldout-v3: the same with texture-poor videos "
+                             "whose camera motion shows in sprites fixed to the background; ignores --count/--seed/"
+                             "--frames/--prefix and the knobs above)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--size must be even (mp4 codecs need even frame sizes), got {args.size}")
     if args.outdir.exists() and not args.outdir.is_dir():
         raise UserError(f"{args.outdir}: exists and is not a folder")
-    for name in ("texture_poor_share", "texture_poor_sprite_share", "motion_blur_prob"):
+    for name in ("texture_poor_share", "texture_poor_sprite_share", "motion_blur_prob", "anchored_sprite_share"):
         if not 0.0 <= getattr(args, name) <= 1.0:
             raise UserError(f"--{name.replace('_', '-')} must be between 0 and 1, got {getattr(args, name)}")
     check_render_memory(args.frames, args.size)
@@ -73,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
                               query_first_frame_only=args.first_frame_queries,
                               texture_poor_share=args.texture_poor_share,
                               texture_poor_sprite_share=args.texture_poor_sprite_share,
-                              motion_blur_prob=args.motion_blur_prob)
+                              motion_blur_prob=args.motion_blur_prob,
+                              anchored_sprite_share=args.anchored_sprite_share)
             paths = write_eval_set(args.outdir, args.count, args.seed, cfg, prefix=args.prefix)
     except OSError as exc:
         raise UserError(f"{args.outdir}: cannot write the evaluation set: {exc}") from exc

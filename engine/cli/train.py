@@ -46,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="share of training sprites with one (default 0.15 for v2 and v3, 0 for v1)")
     p.add_argument("--motion-blur-prob", type=float, default=None,
                    help="share of training videos with motion blur (default 0.25 for v2 and v3, 0 for v1)")
+    p.add_argument("--anchored-sprite-share", type=float, default=None,
+                   help="share of training sprites fixed to the background plane, moving with the camera (context "
+                        "for texture-poor backgrounds; default 0)")
     p.add_argument("--val-every", type=float, default=60.0, help="seconds between validations")
     p.add_argument("--val-videos", type=int, default=32)
     p.add_argument("--val-frames", type=int, default=VAL_FRAMES, help="frames of the (v1) validation videos")

@@ -58,7 +58,8 @@ HARD_VAL_FRAMES = 48
 #: the hard validation set's look: texture-poor backgrounds and some sprites, motion blur, longer clips
 HARD_VAL_KNOBS: dict[str, Any] = {"texture_poor_share": 0.5, "texture_poor_sprite_share": 0.25, "motion_blur_prob": 0.5}
 #: synthetic-data knobs a v2 net trains with unless the command sets them (a v1 net: all 0, as before)
-V2_DATA_DEFAULTS = {"texture_poor_share": 0.3, "texture_poor_sprite_share": 0.15, "motion_blur_prob": 0.25}
+V2_DATA_DEFAULTS = {"texture_poor_share": 0.3, "texture_poor_sprite_share": 0.15, "motion_blur_prob": 0.25,
+                    "anchored_sprite_share": 0.0}
 TRAIN_TEXTURE_SEED = 0
 TEXTURE_SIZE = 512
 PROCEDURAL_TEXTURES = 64

@@ -35,6 +35,8 @@ class SynthConfig:
     texture_poor_sprite_share: float = 0.0  # share of sprites with one
     motion_blur_prob: float = 0.0  # share of videos rendered with motion blur (exposure over sub-frames)
     motion_blur_exposure: tuple[float, float] = (0.4, 1.0)  # exposure as a share of the frame interval
+    anchored_sprite_share: float = 0.0  # share of sprites fixed to the background plane (they move with the camera,
+    #                                     as a building or a sign against a plain sky: context for its points)
 
     def __post_init__(self) -> None:
         if self.num_frames < 1 or self.height < 2 or self.width < 2 or self.num_points < 1:
@@ -44,10 +46,10 @@ class SynthConfig:
         if not 0 <= lo <= hi:
             raise ValueError(f"num_sprites must be (lo, hi) with 0 <= lo <= hi, got {self.num_sprites}")
         shares = (self.query_first_frame_share, self.blur_prob, self.texture_poor_share,
-                  self.texture_poor_sprite_share, self.motion_blur_prob)
+                  self.texture_poor_sprite_share, self.motion_blur_prob, self.anchored_sprite_share)
         if not all(0.0 <= share <= 1.0 for share in shares):
-            raise ValueError("query_first_frame_share, blur_prob, texture_poor_share, texture_poor_sprite_share and "
-                             "motion_blur_prob must lie in [0, 1]")
+            raise ValueError("query_first_frame_share, blur_prob, texture_poor_share, texture_poor_sprite_share, "
+                             "motion_blur_prob and anchored_sprite_share must lie in [0, 1]")
         lo_e, hi_e = self.motion_blur_exposure
         if not 0.0 <= lo_e <= hi_e <= 2.0:
             raise ValueError(f"motion_blur_exposure must be (lo, hi) with 0 <= lo <= hi <= 2, got "

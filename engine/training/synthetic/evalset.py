@@ -76,16 +76,21 @@ class EvalPart:
     knobs: tuple[tuple[str, float], ...] = ()
 
 
-#: the held-out set of the v2 accuracy target: the project's two held-out sets as they were (ho777, ho778:
-#: same seeds, same videos), texture-poor videos (every background sky-like, a quarter of the sprites too),
-#: and long clips (96 frames)
+_HO777, _HO778, _LONG = EvalPart("ho777", 12, 777, 24), EvalPart("ho778", 8, 778, 47), EvalPart("long", 6, 780, 96)
+_POOR_KNOBS = (("texture_poor_share", 1.0), ("texture_poor_sprite_share", 0.25))
+
+#: held-out sets of the accuracy target. heldout-v2: the project's two held-out sets as they were (ho777, ho778:
+#: same seeds, same videos), texture-poor videos (every background sky-like, a quarter of the sprites too) and
+#: long clips (96 frames). Its texture-poor backgrounds hold no trace of the camera's motion (flat colours, faint
+#: clouds under the codec's noise, sprites that move on their own: docs/corrtrack.md, session 25), so their points
+#: measure guessing. heldout-v3 keeps ho777, ho778 and the long clips and replaces that group with texture-poor
+#: videos in which half of the sprites are fixed to the background plane (a building or a sign against a plain
+#: sky): the camera's motion is in the pixels, but only away from the plain points, which a tracker must borrow it
+#: from.
 HELDOUT_PRESETS: dict[str, tuple[EvalPart, ...]] = {
-    "heldout-v2": (
-        EvalPart("ho777", 12, 777, 24),
-        EvalPart("ho778", 8, 778, 47),
-        EvalPart("poor", 8, 779, 47, (("texture_poor_share", 1.0), ("texture_poor_sprite_share", 0.25))),
-        EvalPart("long", 6, 780, 96),
-    ),
+    "heldout-v2": (_HO777, _HO778, EvalPart("poor", 8, 779, 47, _POOR_KNOBS), _LONG),
+    "heldout-v3": (_HO777, _HO778, EvalPart("poorctx", 8, 781, 47, (*_POOR_KNOBS, ("anchored_sprite_share", 0.5))),
+                   _LONG),
 }
 
 

@@ -57,6 +57,7 @@ class Scene:
     noise_std: torch.Tensor  # float32 [B]
     blur_sigma: torch.Tensor  # float32 [B, T] (0 = sharp)
     poor_index: torch.Tensor | None = None  # long [B, L]: texture-poor texture of a surface, -1 = its bank texture
+    anchored: torch.Tensor | None = None  # bool [B, L]: sprites fixed to the background plane (False for layer 0)
 
 
 def _u(gen: torch.Generator, shape: tuple[int, ...], lo: float = 0.0, hi: float = 1.0) -> torch.Tensor:
@@ -192,6 +193,14 @@ def sample_scene(batch_size: int, cfg: SynthConfig, num_textures: int, tex_size:
         pick = torch.randint(0, TEXTURE_POOR_COUNT, (B, L), generator=gen, device=dev)
         poor_index = torch.where(poor, pick, torch.full_like(pick, -1))
 
+    anchored = None
+    if cfg.anchored_sprite_share > 0:  # drawn last too
+        on_plane = _u(gen, (B, S)) < cfg.anchored_sprite_share  # [B, S]
+        local[:, 1:] = torch.where(on_plane[..., None, None, None], _on_background(local), local[:, 1:])
+        inverse = torch.linalg.inv(local)
+        size_px[:, 1:] = torch.where(on_plane[..., None], _radius_px(inverse[:, 1:]), size_px[:, 1:])
+        anchored = torch.cat([torch.zeros(B, 1, dtype=torch.bool, device=dev), on_plane], dim=1)
+
     f32 = torch.float32
     return Scene(
         local_from_image=local.to(f32), image_from_local=inverse.to(f32),
@@ -203,8 +212,26 @@ def sample_scene(batch_size: int, cfg: SynthConfig, num_textures: int, tex_size:
         poly_sides=sides.to(f32), poly_rot=_u(gen, (B, L), 0.0, 2 * math.pi).to(f32),
         layer_gain=layer_gain.to(f32), contrast=contrast.to(f32), gain=gain.to(f32), bias=bias.to(f32),
         noise_std=noise.to(f32),
-        blur_sigma=sigma.to(f32), poor_index=poor_index,
+        blur_sigma=sigma.to(f32), poor_index=poor_index, anchored=anchored,
     )
+
+
+def _on_background(local: torch.Tensor) -> torch.Tensor:
+    """Every sprite's frame-0 placement carried by the camera, as if painted on the background plane:
+    local_from_image [B, L, T, 3, 3] (float64) -> the sprites' [B, L-1, T, 3, 3]. At frame 0 it is the sprite's own
+    matrix; a sprite point sits on one texel of the background at every frame."""
+    cam = local[:, 0]  # [B, T, 3, 3] texel_from_image
+    sprite_from_texel = local[:, 1:, :1] @ torch.linalg.inv(cam[:, None, :1])  # [B, S, 1, 3, 3]
+    return sprite_from_texel @ cam[:, None]
+
+
+def _radius_px(image_from_local: torch.Tensor) -> torch.Tensor:
+    """A sprite's smaller radius in pixels from its image_from_local [..., 3, 3]: the smaller singular value of the
+    map's Jacobian at the shape's centre (exact for the affine sprites, the local scale for a carried one). [...]."""
+    m = image_from_local
+    w = m[..., 2:3, 2:3]
+    jac = (m[..., :2, :2] * w - m[..., :2, 2:3] * m[..., 2:3, :2]) / (w * w)
+    return torch.linalg.svdvals(jac)[..., -1]
 
 
 def shape_alpha(local: torch.Tensor, kind: torch.Tensor, blob_amp: torch.Tensor, blob_phase: torch.Tensor,
