@@ -6,12 +6,6 @@ set -u
 source scripts/device_common.sh
 S="--warmup 3 --repeat 20 --no-cost"
 B=.realclips/bear.mp4
-stages() { python3 -c "
-import json, glob, sys
-for f in sorted(glob.glob('$W/$1/*.json')):
-    if not f.endswith('bench.json'):
-        t = json.load(open(f))['totals']; print('$1 stages', {k: round(v, 3) for k, v in t['stage_ms'].items()}, 'sum', round(sum(t['stage_ms'].values()), 3), 'warm median', round(t['warm_ms_median'], 3))
-"; }
 {
 for i in 1 2; do
   for side in new old; do bench_side $side bear_${side}_$i $B 256 bf16; stages bear_${side}_$i; done

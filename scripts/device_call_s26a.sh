@@ -10,13 +10,6 @@ set -u
 source scripts/device_common.sh
 S="--warmup 3 --repeat 20 --no-cost"
 B=.realclips/bear.mp4
-stages() { python3 -c "
-import json, glob
-for f in sorted(glob.glob('$W/$1/*.json')):
-    if not f.endswith('bench.json'):
-        t = json.load(open(f))['totals']; s = t['stage_ms']
-        print('$1 stages', {k: round(v, 3) for k, v in s.items()}, 'sum', round(sum(s.values()), 3), 'warm median', round(t['warm_ms_median'], 3))
-"; }
 {
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)"

@@ -6,13 +6,6 @@
 set -u
 source scripts/device_common.sh
 S="--warmup 3 --repeat 20 --no-cost"
-stages() { python3 -c "
-import json, glob
-for f in sorted(glob.glob('$W/$1/*.json')):
-    if not f.endswith('bench.json'):
-        t = json.load(open(f))['totals']; s = t['stage_ms']
-        print('$1', 'median', round(t['warm_ms_median'], 2), 'min', round(t['warm_ms_min'], 2), ', '.join(f'{k} {v:.3f}' for k, v in s.items()))
-"; }
 {
 for i in 1 2 3; do
   for side in new old; do bench_side $side s256_${side}_$i $V 256 bf16; stages s256_${side}_$i; done

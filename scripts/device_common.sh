@@ -36,3 +36,13 @@ bench_side() {
   if [ "$side" = old ]; then step 45 bash -c "cd .old && $run --out $W/$name"
   else step 45 $run --out $W/$name; fi
 }
+# stages NAME: each run report under $W/NAME (a bench --out folder): the stage times, their sum, the warm median and
+# minimum (the upload stage sits on the current stream since 8e4ed54, so the stages add up to the run)
+stages() { python3 -c "
+import json, glob
+for f in sorted(glob.glob('$W/$1/*.json')):
+    if not f.endswith('bench.json'):
+        t = json.load(open(f))['totals']; s = t['stage_ms']
+        print('$1 stages', {k: round(v, 3) for k, v in s.items()}, 'sum', round(sum(s.values()), 3),
+              'warm median', round(t['warm_ms_median'], 3), 'min', round(t['warm_ms_min'], 3))
+"; }
