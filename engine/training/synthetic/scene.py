@@ -194,7 +194,7 @@ def sample_scene(batch_size: int, cfg: SynthConfig, num_textures: int, tex_size:
         poor_index = torch.where(poor, pick, torch.full_like(pick, -1))
 
     anchored = None
-    if cfg.anchored_sprite_share > 0:  # drawn last too
+    if cfg.anchored_sprite_share > 0:  # drawn only when asked for: without it every seeded scene is as before
         on_plane = _u(gen, (B, S)) < cfg.anchored_sprite_share  # [B, S]
         local[:, 1:] = torch.where(on_plane[..., None, None, None], _on_background(local), local[:, 1:])
         inverse = torch.linalg.inv(local)
